@@ -1,0 +1,142 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/ferry-io/ferry/errkind"
+	"github.com/ferry-io/ferry/internal/logctx"
+)
+
+// Problem is an RFC 9457 problem detail with ferry's extension members.
+type Problem struct {
+	Type      string `json:"type"`
+	Title     string `json:"title"`
+	Status    int    `json:"status"`
+	Detail    string `json:"detail,omitempty"`
+	Instance  string `json:"instance,omitempty"`
+	Code      string `json:"code"`
+	RequestID string `json:"request_id,omitempty"`
+	// Extra holds extension members such as missing_parts.
+	Extra map[string]any `json:"-"`
+}
+
+// MarshalJSON flattens Extra into the object, as RFC 9457 extension
+// members are siblings of the standard ones.
+func (p Problem) MarshalJSON() ([]byte, error) {
+	type plain Problem
+	b, err := json.Marshal(plain(p))
+	if err != nil || len(p.Extra) == 0 {
+		return b, err
+	}
+	m := map[string]any{}
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, err
+	}
+	for k, v := range p.Extra {
+		if _, taken := m[k]; !taken {
+			m[k] = v
+		}
+	}
+	return json.Marshal(m)
+}
+
+// statusOf is the one error→status table.
+var statusOf = map[*errkind.Kind]int{
+	errkind.Invalid:            http.StatusBadRequest,
+	errkind.Unauthenticated:    http.StatusUnauthorized,
+	errkind.Forbidden:          http.StatusForbidden,
+	errkind.NotFound:           http.StatusNotFound,
+	errkind.Conflict:           http.StatusConflict,
+	errkind.Gone:               http.StatusGone,
+	errkind.PreconditionFailed: http.StatusPreconditionFailed,
+	errkind.TooLarge:           http.StatusRequestEntityTooLarge,
+	errkind.Unprocessable:      http.StatusUnprocessableEntity,
+	errkind.Unavailable:        http.StatusServiceUnavailable,
+}
+
+// defaultCode names the code used when an error carries a kind but no
+// *errkind.Error with its own code.
+var defaultCode = map[int]string{
+	http.StatusBadRequest:            "bad_request",
+	http.StatusUnauthorized:          "unauthenticated",
+	http.StatusForbidden:             "forbidden",
+	http.StatusNotFound:              "not_found",
+	http.StatusMethodNotAllowed:      "method_not_allowed",
+	http.StatusConflict:              "conflict",
+	http.StatusGone:                  "gone",
+	http.StatusPreconditionFailed:    "precondition_failed",
+	http.StatusRequestEntityTooLarge: "body_too_large",
+	http.StatusUnprocessableEntity:   "unprocessable",
+	http.StatusInternalServerError:   "internal",
+	http.StatusServiceUnavailable:    "unavailable",
+}
+
+// problemFor turns err into a Problem. Only 4xx problems carry the
+// error's detail; anything unclassified is a 500 with a generic text.
+func problemFor(ctx context.Context, err error) Problem {
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		err = errkind.New(errkind.TooLarge, "body_too_large", "request body exceeds %d bytes", mbe.Limit)
+	}
+	if errors.Is(err, context.Canceled) {
+		// The client went away; nobody reads this answer, but the log and
+		// metrics should not count it as a server fault.
+		err = errkind.New(errkind.Invalid, "client_closed", "request cancelled")
+	}
+	status := http.StatusInternalServerError
+	if k := errkind.KindOf(err); k != nil {
+		status = statusOf[k]
+	}
+	p := Problem{Type: "about:blank", Status: status, Title: http.StatusText(status), Code: defaultCode[status], RequestID: logctx.RequestID(ctx)}
+	var e *errkind.Error
+	if status < 500 && errors.As(err, &e) {
+		if e.Code != "" {
+			p.Code = e.Code
+		}
+		p.Detail = e.Detail
+		p.Extra = e.Fields
+	}
+	if status >= 500 {
+		p.Detail = "an internal error occurred; quote the request id when reporting it"
+		if status == http.StatusServiceUnavailable {
+			p.Detail = "a storage dependency is unavailable; retry later"
+		}
+	}
+	return p
+}
+
+// writeProblem sends p as application/problem+json.
+func writeProblem(c *gin.Context, p Problem) {
+	if p.Instance == "" {
+		p.Instance = c.Request.URL.Path
+	}
+	b, err := json.Marshal(p)
+	if err != nil {
+		b = []byte(`{"type":"about:blank","title":"Internal Server Error","status":500,"code":"internal"}`)
+	}
+	c.Header("Cache-Control", "no-store")
+	c.Data(p.Status, "application/problem+json", b)
+}
+
+// abort records err for the access log, writes its problem and stops the
+// chain.
+func abort(c *gin.Context, err error) {
+	p := problemFor(c.Request.Context(), err)
+	_ = c.Error(err)
+	writeProblem(c, p)
+	c.Abort()
+}
+
+// h adapts an error-returning handler: an error becomes a problem answer.
+func h(fn func(c *gin.Context) error) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		if err := fn(c); err != nil {
+			abort(c, err)
+		}
+	}
+}
