@@ -17,6 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+	"github.com/aws/smithy-go"
 )
 
 // API is the part of the S3 client that Store calls. Declaring it keeps the
@@ -332,19 +333,34 @@ type MultipartUpload struct {
 // prefix, following pagination.
 func (s *Store) ListMultipartUploads(ctx context.Context, prefix string) ([]MultipartUpload, error) {
 	var out []MultipartUpload
-	p := s3.NewListMultipartUploadsPaginator(s.api, &s3.ListMultipartUploadsInput{Bucket: &s.bucket, Prefix: &prefix})
-	for p.HasMorePages() {
+	in := &s3.ListMultipartUploadsInput{Bucket: &s.bucket, Prefix: &prefix}
+	for {
 		cctx, cancel := s.short(ctx)
-		page, err := p.NextPage(cctx)
+		page, err := s.api.ListMultipartUploads(cctx, in)
 		cancel()
+		var apiErr smithy.APIError
+		if err != nil && in.UploadIdMarker != nil && errors.As(err, &apiErr) && apiErr.ErrorCode() == "InvalidArgument" {
+			// VersityGW 1.8 drops the key-marker's own uploads before
+			// looking for the upload-id marker among them, and so refuses
+			// its own continuation token. Continuing after the key alone
+			// is exact whenever a key has one upload, which holds for
+			// ferry's keys; a rare miss is caught by the next sweep.
+			in.UploadIdMarker = nil
+			cctx, cancel = s.short(ctx)
+			page, err = s.api.ListMultipartUploads(cctx, in)
+			cancel()
+		}
 		if err != nil {
 			return nil, translate("ListMultipartUploads", err)
 		}
 		for _, u := range page.Uploads {
 			out = append(out, MultipartUpload{Key: aws.ToString(u.Key), UploadID: aws.ToString(u.UploadId), Initiated: aws.ToTime(u.Initiated)})
 		}
+		if !aws.ToBool(page.IsTruncated) || (page.NextKeyMarker == nil && page.NextUploadIdMarker == nil) {
+			return out, nil
+		}
+		in.KeyMarker, in.UploadIdMarker = page.NextKeyMarker, page.NextUploadIdMarker
 	}
-	return out, nil
 }
 
 // CompletedPart names a part for CompleteMultipart.
