@@ -1,0 +1,214 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// With no configuration at all, ferry starts on SQLite and the embedded
+// S3 server, prints the admin token once, and is ready.
+func TestZeroConfigServe(t *testing.T) {
+	for _, addr := range []string{"127.0.0.1:8080", "127.0.0.1:9310"} {
+		if l, err := net.Listen("tcp", addr); err != nil {
+			t.Fatalf("the zero-config test needs the default address %s free: %v", addr, err)
+		} else {
+			l.Close()
+		}
+	}
+	f := Start(t, Options{ZeroConfig: true})
+	if f.Token == "" {
+		t.Fatalf("no admin token printed; stdout:\n%s", f.Stdout())
+	}
+	r := f.Do("GET", "/readyz", "", nil)
+	if r.Status != 200 || !strings.Contains(string(r.Body), `"bucket":"ok"`) || !strings.Contains(string(r.Body), `"database":"ok"`) {
+		t.Fatalf("readyz = %d %s", r.Status, r.Body)
+	}
+	me := f.Do("GET", "/me", f.Token, nil)
+	if me.Status != 200 || !strings.Contains(string(me.Body), `"admin":true`) {
+		t.Fatalf("/me with the printed token = %d %s", me.Status, me.Body)
+	}
+	// The token is shown once: a restart on the same data prints none.
+	f.Signal(syscall.SIGTERM)
+	if code := f.Wait(30 * time.Second); code != 0 {
+		t.Fatalf("exit code after SIGTERM = %d; stderr:\n%s", code, f.Stderr())
+	}
+	g := Start(t, Options{ZeroConfig: true, Dir: f.Dir})
+	if strings.Contains(g.Stdout(), "fry_") {
+		t.Fatalf("second start printed a token again:\n%s", g.Stdout())
+	}
+	if r := g.Do("GET", "/me", f.Token, nil); r.Status != 200 {
+		t.Fatalf("the first token no longer works after restart: %d", r.Status)
+	}
+}
+
+func TestUsersAuthAndProblems(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, mysql bool) {
+		f := Start(t, Options{MySQL: mysql})
+		if mysql {
+			// No bootstrap admin on MySQL: create one with the CLI.
+			f.Token = cliCreateAdmin(t, f)
+		}
+		id, tok := f.CreateUser("alice", false)
+
+		if r := f.Do("GET", "/me", "", nil); r.Status != 401 {
+			t.Errorf("no token: %d, want 401", r.Status)
+		}
+		if r := f.Do("GET", "/me", "fry_not-a-real-token", nil); r.Status != 401 {
+			t.Errorf("bad token: %d, want 401", r.Status)
+		}
+		if r := f.Do("GET", "/me", tok, nil); r.Status != 200 {
+			t.Fatalf("alice /me: %d %s", r.Status, r.Body)
+		}
+		if r := f.Do("POST", "/admin/users", tok, map[string]any{"name": "mallory"}); r.Status != 403 {
+			t.Errorf("non-admin creating users: %d, want 403", r.Status)
+		}
+		if r := f.Do("POST", "/admin/users/"+id+"/deactivate", f.Token, nil); r.Status != 200 {
+			t.Fatalf("deactivate: %d %s", r.Status, r.Body)
+		}
+		if r := f.Do("GET", "/me", tok, nil); r.Status != 401 {
+			t.Errorf("deactivated user: %d, want 401", r.Status)
+		}
+		if r := f.Do("POST", "/admin/users/"+id+"/activate", f.Token, nil); r.Status != 200 {
+			t.Fatalf("activate: %d", r.Status)
+		}
+		if r := f.Do("GET", "/me", tok, nil); r.Status != 200 {
+			t.Errorf("reactivated user: %d, want 200", r.Status)
+		}
+
+		for _, c := range []struct {
+			name, method, path string
+			body               any
+			status             int
+			code               string
+		}{
+			{"malformed json", "POST", "/admin/users", `{"name":`, 400, "invalid_json"},
+			{"unknown field", "POST", "/admin/users", `{"name":"x","nmae":"y"}`, 400, "invalid_json"},
+			{"bad name", "POST", "/admin/users", map[string]any{"name": "a/b"}, 400, "invalid_name"},
+			{"duplicate", "POST", "/admin/users", map[string]any{"name": "alice"}, 409, "name_taken"},
+			{"oversize body", "POST", "/admin/users", `{"name":"` + strings.Repeat("x", 2<<20) + `"}`, 413, "body_too_large"},
+			{"no route", "GET", "/no/such/route", nil, 404, "route_not_found"},
+			{"unknown user", "POST", "/admin/users/usr_nope/deactivate", nil, 404, "user_not_found"},
+			{"wrong method", "DELETE", "/me", nil, 405, "method_not_allowed"},
+		} {
+			t.Run(c.name, func(t *testing.T) {
+				r := f.Do(c.method, c.path, f.Token, c.body)
+				if r.Status != c.status {
+					t.Fatalf("status %d, want %d (%s)", r.Status, c.status, r.Body)
+				}
+				if ct := r.Header.Get("Content-Type"); ct != "application/problem+json" {
+					t.Fatalf("Content-Type %q, want application/problem+json", ct)
+				}
+				var p map[string]any
+				if err := json.Unmarshal(r.Body, &p); err != nil {
+					t.Fatal(err)
+				}
+				if p["status"] != float64(c.status) || p["code"] != c.code || p["title"] == "" || p["type"] == nil {
+					t.Fatalf("problem = %v, want status %d code %s", p, c.status, c.code)
+				}
+			})
+		}
+	})
+}
+
+func cliCreateAdmin(t *testing.T, f *Ferry) string {
+	t.Helper()
+	cmd := exec.Command(ferryBinary(t), "user", "create", "root", "--admin")
+	cmd.Dir = f.Dir
+	cmd.Env = append(cleanEnv(), f.Env...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("ferry user create: %v\n%s", err, out)
+	}
+	i := strings.Index(string(out), "fry_")
+	if i < 0 {
+		t.Fatalf("no token in %s", out)
+	}
+	return strings.Fields(string(out)[i:])[0]
+}
+
+// A request in flight when SIGTERM arrives still completes; new
+// connections are refused; the process exits 0.
+func TestGracefulShutdownCompletesInflightRequest(t *testing.T) {
+	f := Start(t, Options{})
+	pr, pw := io.Pipe()
+	req, _ := http.NewRequest("POST", f.URL+"/admin/users", pr)
+	req.Header.Set("Authorization", "Bearer "+f.Token)
+	req.Header.Set("Content-Type", "application/json")
+	type result struct {
+		status int
+		err    error
+	}
+	done := make(chan result, 1)
+	go func() {
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			done <- result{err: err}
+			return
+		}
+		resp.Body.Close()
+		done <- result{status: resp.StatusCode}
+	}()
+	// Trickle the body: the request is in flight, in the handler, when the
+	// signal arrives.
+	fmt.Fprint(pw, `{"name":`)
+	time.Sleep(500 * time.Millisecond)
+	f.Signal(syscall.SIGTERM)
+	time.Sleep(1500 * time.Millisecond)
+	// Ferry stopped accepting while it drains.
+	if c, err := net.DialTimeout("tcp", strings.TrimPrefix(f.URL, "http://"), 500*time.Millisecond); err == nil {
+		c.Close()
+		t.Errorf("new connections still accepted during shutdown")
+	}
+	fmt.Fprint(pw, `"late-bob"}`)
+	pw.Close()
+	select {
+	case r := <-done:
+		if r.err != nil || r.status != 201 {
+			t.Fatalf("in-flight request: status %d err %v; want 201", r.status, r.err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("in-flight request never completed")
+	}
+	if code := f.Wait(30 * time.Second); code != 0 {
+		t.Fatalf("exit code %d; stderr:\n%s", code, f.Stderr())
+	}
+	if len(f.LogLines("ferry stopped")) != 1 {
+		t.Fatalf("no clean stop logged:\n%s", f.Stderr())
+	}
+}
+
+// A bad configuration stops ferry before it does anything, with one line
+// naming the problem and a non-zero exit code.
+func TestBadConfigExits(t *testing.T) {
+	for _, c := range []struct {
+		env  map[string]string
+		code int
+		want string
+	}{
+		{map[string]string{"FERRY_DB_DRIVER": "postgres"}, 2, "FERRY_DB_DRIVER"},
+		{map[string]string{"FERRY_DB_DRIVER": "mysql", "FERRY_DB_DSN": "not a dsn"}, 2, "FERRY_DB_DSN"},
+		{map[string]string{"FERRY_LINK_KEYS": "k1:short"}, 2, "FERRY_LINK_KEYS"},
+		{map[string]string{"FERRY_S3_ENDPOINT": "http://127.0.0.1:1", "FERRY_S3_ACCESS_KEY": "a", "FERRY_S3_SECRET_KEY": "b"}, 1, "127.0.0.1:1"},
+	} {
+		t.Run(c.want, func(t *testing.T) {
+			f := Start(t, Options{Env: c.env, NoWait: true})
+			code := f.Wait(60 * time.Second)
+			lines := strings.Split(strings.TrimSpace(f.Stderr()), "\n")
+			last := lines[len(lines)-1]
+			if code != c.code || !strings.HasPrefix(last, "ferry: ") || !strings.Contains(last, c.want) {
+				t.Fatalf("exit %d, last line %q; want exit %d and a line naming %s", code, last, c.code, c.want)
+			}
+			if strings.Contains(f.Stderr(), "panic") || strings.Contains(f.Stderr(), "goroutine ") {
+				t.Fatalf("ferry panicked:\n%s", f.Stderr())
+			}
+		})
+	}
+}
