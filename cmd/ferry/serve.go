@@ -99,6 +99,12 @@ func cmdServe(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 
+	signer, err := presign.NewSigner(cfg.LinkKeys, time.Now)
+	if err != nil {
+		return err
+	}
+	_ = signer // used by the download, upload and export wiring
+
 	store, err := openStore(ctx, cfg, log)
 	if err != nil {
 		return err
