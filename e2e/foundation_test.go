@@ -212,3 +212,27 @@ func TestBadConfigExits(t *testing.T) {
 		})
 	}
 }
+
+// A second signal during the drain exits at once instead of waiting.
+func TestSecondSignalExitsAtOnce(t *testing.T) {
+	f := Start(t, Options{Env: map[string]string{"FERRY_SHUTDOWN_TIMEOUT": "60s"}})
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	req, _ := http.NewRequest("POST", f.URL+"/admin/users", pr)
+	req.Header.Set("Authorization", "Bearer "+f.Token)
+	go func() {
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	fmt.Fprint(pw, `{"name":`)
+	time.Sleep(500 * time.Millisecond)
+	f.Signal(syscall.SIGTERM)
+	time.Sleep(500 * time.Millisecond)
+	start := time.Now()
+	f.Signal(syscall.SIGTERM)
+	code := f.Wait(10 * time.Second)
+	if code == 0 || time.Since(start) > 5*time.Second {
+		t.Fatalf("second SIGTERM: exit %d after %s; want a prompt non-zero exit", code, time.Since(start))
+	}
+}
