@@ -125,6 +125,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) error {
 	}
 
 	queue := jobs.NewQueue(db, time.Now)
+	reg.MustRegister(jobs.NewCollector(queue))
 	runner := jobs.NewRunner(queue, jobs.RunnerConfig{Lease: cfg.JobLease, Poll: cfg.JobPoll, Log: log, Registerer: reg})
 
 	srv := server.New(server.Deps{
