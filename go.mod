@@ -10,6 +10,7 @@ require (
 	github.com/glebarez/sqlite v1.11.0
 	github.com/minio/minio-go/v7 v7.4.1
 	github.com/prometheus/client_golang v1.25.0
+	github.com/standard-webhooks/standard-webhooks/libraries v0.0.1
 	github.com/versity/versitygw v1.8.0
 	gorm.io/driver/mysql v1.6.0
 	gorm.io/gorm v1.31.2
