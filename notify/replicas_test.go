@@ -1,0 +1,206 @@
+package notify_test
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ferry-io/ferry/internal/testenv"
+	"github.com/ferry-io/ferry/models"
+	"github.com/ferry-io/ferry/notify"
+	"github.com/ferry-io/ferry/notify/receiver"
+)
+
+// countingReceiver is a backend built on notify/receiver that counts what
+// arrives and what it processes, per webhook-id.
+type countingReceiver struct {
+	mu        sync.Mutex
+	arrived   map[string]int
+	processed map[string]int
+	handler   *receiver.Handler
+}
+
+func newCountingReceiver(t *testing.T, secret string) (*countingReceiver, string) {
+	v, err := receiver.NewVerifier(secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &countingReceiver{arrived: map[string]int{}, processed: map[string]int{}}
+	c.handler = &receiver.Handler{Verifier: v, Store: receiver.NewMemoryStore(time.Hour, nil),
+		Process: func(ctx context.Context, m *receiver.Message) error {
+			c.mu.Lock()
+			c.processed[m.ID]++
+			c.mu.Unlock()
+			return nil
+		}}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c.mu.Lock()
+		c.arrived[r.Header.Get("webhook-id")]++
+		c.mu.Unlock()
+		c.handler.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return c, srv.URL
+}
+
+func (c *countingReceiver) counts(id string) (arrived, processed int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.arrived[id], c.processed[id]
+}
+
+// Three sender processes share one database. Every outbox event becomes
+// exactly one delivery per matching subscription, each sent once, and
+// each receiver processes each webhook-id once.
+func TestThreeSenderProcesses(t *testing.T) {
+	testenv.ForEachDB(t, func(t *testing.T, db *testenv.DB) {
+		h := newHarness(t, db.DB, notify.Options{AllowPrivate: true}) // admin side only; the children send
+		subA, secretA := h.subscribe("http://127.0.0.1:1/placeholder", notify.UploadCompleted, notify.ExportCompleted)
+		subB, secretB := h.subscribe("http://127.0.0.1:1/placeholder", notify.UploadCompleted)
+		recvA, urlA := newCountingReceiver(t, secretA)
+		recvB, urlB := newCountingReceiver(t, secretB)
+		for id, u := range map[string]string{subA.ID: urlA, subB.ID: urlB} {
+			db.Exec("UPDATE webhook_subscriptions SET url = ? WHERE id = ?", u, id)
+		}
+
+		for i := range 3 {
+			startSender(t, db, i)
+		}
+
+		// Events arrive in bursts while the three senders run.
+		type sent struct{ id, typ string }
+		var events []sent
+		for burst := range 6 {
+			for i := range 10 {
+				typ := notify.UploadCompleted
+				if i%3 == 0 {
+					typ = notify.ExportCompleted
+				}
+				id, _ := h.emit(typ, map[string]int{"burst": burst, "i": i})
+				events = append(events, sent{id, typ})
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		want := 0
+		for _, e := range events {
+			want++ // subscription A takes both types
+			if e.typ == notify.UploadCompleted {
+				want++
+			}
+		}
+
+		deadline := time.Now().Add(60 * time.Second)
+		var delivered int64
+		for {
+			db.Raw("SELECT COUNT(*) FROM webhook_deliveries WHERE state = ?", notify.StateDelivered).Scan(&delivered)
+			if int(delivered) == want || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		var total, dupes, attempts int64
+		db.Raw("SELECT COUNT(*) FROM webhook_deliveries").Scan(&total)
+		db.Raw("SELECT COUNT(*) FROM (SELECT event_id FROM webhook_deliveries GROUP BY event_id, subscription_id HAVING COUNT(*) > 1) AS d").Scan(&dupes)
+		db.Raw("SELECT COUNT(*) FROM webhook_attempts").Scan(&attempts)
+		if int(delivered) != want || int(total) != want || dupes != 0 {
+			t.Fatalf("deliveries: %d delivered, %d in all, %d duplicated (event, subscription) pairs; want %d, %d, 0", delivered, total, dupes, want, want)
+		}
+		if int(attempts) != want {
+			t.Errorf("%d attempts for %d deliveries to healthy receivers; want one each", attempts, want)
+		}
+		for _, e := range events {
+			for name, c := range map[string]*countingReceiver{"A": recvA, "B": recvB} {
+				arrived, processed := c.counts(e.id)
+				wantN := 1
+				if name == "B" && e.typ != notify.UploadCompleted {
+					wantN = 0
+				}
+				if processed != wantN || arrived != wantN {
+					t.Errorf("receiver %s, %s %s: arrived %d, processed %d; want %d", name, e.typ, e.id, arrived, processed, wantN)
+				}
+			}
+		}
+		t.Logf("%d events, %d deliveries by 3 sender processes on %s", len(events), want, db.Dialect)
+	})
+}
+
+// startSender runs TestSenderProcess as a child process on db until the
+// test ends.
+func startSender(t *testing.T, db *testenv.DB, n int) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestSenderProcess$")
+	cmd.Env = append(os.Environ(), "FERRY_NOTIFY_CHILD=1", "FERRY_NOTIFY_CHILD_DIALECT="+db.Dialect, "FERRY_NOTIFY_CHILD_DSN="+db.DSN)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ready := make(chan bool, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if strings.TrimSpace(sc.Text()) == "SENDER READY" {
+				ready <- true
+				io.Copy(io.Discard, out)
+				return
+			}
+		}
+		ready <- false
+	}()
+	t.Cleanup(func() {
+		stdin.Close() // the child shuts down gracefully on EOF
+		done := make(chan struct{})
+		go func() { cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(15 * time.Second):
+			cmd.Process.Kill()
+			<-done
+		}
+	})
+	select {
+	case ok := <-ready:
+		if !ok {
+			t.Fatalf("sender %d exited before it was ready", n)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("sender %d not ready", n)
+	}
+}
+
+// TestSenderProcess is the child of TestThreeSenderProcesses: a ferry
+// replica's webhook side (dispatcher and sender) on a shared database,
+// until its stdin closes.
+func TestSenderProcess(t *testing.T) {
+	if os.Getenv("FERRY_NOTIFY_CHILD") != "1" {
+		t.Skip("helper process for TestThreeSenderProcesses")
+	}
+	db, err := models.Open(context.Background(), os.Getenv("FERRY_NOTIFY_CHILD_DIALECT"), os.Getenv("FERRY_NOTIFY_CHILD_DSN"), testenv.Logger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		io.Copy(io.Discard, os.Stdin)
+		cancel()
+	}()
+	wait := newHarness(t, db, notify.Options{AllowPrivate: true, Poll: 20 * time.Millisecond}).start(ctx)
+	os.Stdout.WriteString("SENDER READY\n")
+	os.Stdout.Sync()
+	wait()
+}
