@@ -425,3 +425,56 @@ func TestSubscriptionValidationAndAdmin(t *testing.T) {
 		t.Fatalf("31-day grace: %v", err)
 	}
 }
+
+// An attempt follows no redirect, gives up at the timeout, and reads no
+// more than 64 KiB of the answer.
+func TestAttemptLimits(t *testing.T) {
+	db := testenv.NewDB(t, models.SQLite)
+	h := newHarness(t, db.DB, notify.Options{AllowPrivate: true, MaxAttempts: 1, Timeout: 2 * time.Second}).run()
+	target := newRecorder(t, status(http.StatusOK))
+	for _, tc := range []struct {
+		name   string
+		answer func(hang <-chan struct{}) func(int, http.ResponseWriter)
+		state  string
+		status int
+		err    string
+		slow   bool
+	}{
+		{"redirect", func(<-chan struct{}) func(int, http.ResponseWriter) {
+			return func(_ int, w http.ResponseWriter) {
+				w.Header().Set("Location", target.URL)
+				w.WriteHeader(http.StatusFound)
+			}
+		}, notify.StateFailed, 302, "HTTP 302", false},
+		{"timeout", func(hang <-chan struct{}) func(int, http.ResponseWriter) {
+			return func(int, http.ResponseWriter) { <-hang }
+		}, notify.StateFailed, 0, "timed out", true},
+		{"endless answer", func(hang <-chan struct{}) func(int, http.ResponseWriter) {
+			return func(_ int, w http.ResponseWriter) {
+				w.WriteHeader(http.StatusOK)
+				w.Write(make([]byte, notify.MaxResponseBytes+1))
+				w.(http.Flusher).Flush()
+				<-hang // the rest never comes; reading it would time out
+			}
+		}, notify.StateDelivered, 200, "", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			hang := make(chan struct{})
+			rec := newRecorder(t, tc.answer(hang))
+			t.Cleanup(func() { close(hang) }) // before rec.Close, which waits for handlers
+			sub, _ := h.subscribe(rec.URL)
+			id, _ := h.emit(notify.UploadCompleted, map[string]string{"case": tc.name})
+			d := h.waitDelivery(sub.ID, id, tc.state, 30*time.Second)
+			a := d.Attempts[0]
+			if a.Status != tc.status || !strings.Contains(a.Error, tc.err) {
+				t.Fatalf("attempt %+v; want status %d, error %q", a, tc.status, tc.err)
+			}
+			if slow := a.Duration >= 1900*time.Millisecond; slow != tc.slow || a.Duration > 5*time.Second {
+				t.Fatalf("attempt took %s", a.Duration)
+			}
+		})
+	}
+	if n := len(target.got()); n != 0 {
+		t.Fatalf("the redirect was followed (%d requests)", n)
+	}
+}

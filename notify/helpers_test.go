@@ -19,10 +19,11 @@ import (
 // harness is a notify.Service on a test database with its job runner and
 // dispatcher.
 type harness struct {
-	t   *testing.T
-	db  *gorm.DB
-	q   *jobs.Queue
-	svc *notify.Service
+	t     *testing.T
+	db    *gorm.DB
+	q     *jobs.Queue
+	svc   *notify.Service
+	lease time.Duration // the job lease of the runner start makes
 }
 
 func newHarness(t *testing.T, db *gorm.DB, o notify.Options) *harness {
@@ -32,13 +33,13 @@ func newHarness(t *testing.T, db *gorm.DB, o notify.Options) *harness {
 	}
 	o.Log = testenv.Logger(t)
 	q := jobs.NewQueue(db, time.Now)
-	return &harness{t: t, db: db, q: q, svc: notify.New(db, q, o)}
+	return &harness{t: t, db: db, q: q, svc: notify.New(db, q, o), lease: 10 * time.Second}
 }
 
 // start runs the job runner and the dispatcher until ctx ends; wait
 // returns when both have stopped.
 func (h *harness) start(ctx context.Context) (wait func()) {
-	r := jobs.NewRunner(h.q, jobs.RunnerConfig{Lease: 10 * time.Second, Poll: 20 * time.Millisecond, Log: testenv.Logger(h.t)})
+	r := jobs.NewRunner(h.q, jobs.RunnerConfig{Lease: h.lease, Poll: 20 * time.Millisecond, Log: testenv.Logger(h.t)})
 	h.svc.Register(r)
 	var wg sync.WaitGroup
 	wg.Add(2)

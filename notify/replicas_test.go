@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -133,11 +134,13 @@ func TestThreeSenderProcesses(t *testing.T) {
 }
 
 // startSender runs TestSenderProcess as a child process on db until the
-// test ends.
-func startSender(t *testing.T, db *testenv.DB, n int) {
+// test ends, with env added to its environment. The channel it returns
+// is closed when the child has exited.
+func startSender(t *testing.T, db *testenv.DB, n int, env ...string) <-chan struct{} {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestSenderProcess$")
 	cmd.Env = append(os.Environ(), "FERRY_NOTIFY_CHILD=1", "FERRY_NOTIFY_CHILD_DIALECT="+db.Dialect, "FERRY_NOTIFY_CHILD_DSN="+db.DSN)
+	cmd.Env = append(cmd.Env, env...)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -151,26 +154,24 @@ func startSender(t *testing.T, db *testenv.DB, n int) {
 		t.Fatal(err)
 	}
 	ready := make(chan bool, 1)
+	exited := make(chan struct{})
 	go func() {
 		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			if strings.TrimSpace(sc.Text()) == "SENDER READY" {
-				ready <- true
-				io.Copy(io.Discard, out)
-				return
-			}
+		ok := false
+		for !ok && sc.Scan() {
+			ok = strings.TrimSpace(sc.Text()) == "SENDER READY"
 		}
-		ready <- false
+		ready <- ok
+		io.Copy(io.Discard, out)
+		cmd.Wait() // after the pipe is drained, as os/exec requires
+		close(exited)
 	}()
 	t.Cleanup(func() {
 		stdin.Close() // the child shuts down gracefully on EOF
-		done := make(chan struct{})
-		go func() { cmd.Wait(); close(done) }()
 		select {
-		case <-done:
+		case <-exited:
 		case <-time.After(15 * time.Second):
 			cmd.Process.Kill()
-			<-done
 		}
 	})
 	select {
@@ -181,6 +182,46 @@ func startSender(t *testing.T, db *testenv.DB, n int) {
 	case <-time.After(30 * time.Second):
 		t.Fatalf("sender %d not ready", n)
 	}
+	return exited
+}
+
+// A sender is SIGKILLed after the receiver processed a delivery but before
+// the attempt was recorded. Another sender takes the job over once the
+// lease lapses and sends it again with the same webhook-id; the receiver
+// answers 2xx without processing it a second time.
+func TestSenderKilledAfterSending(t *testing.T) {
+	testenv.ForEachDB(t, func(t *testing.T, db *testenv.DB) {
+		h := newHarness(t, db.DB, notify.Options{AllowPrivate: true})
+		sub, secret := h.subscribe("http://127.0.0.1:1/placeholder")
+		recv, u := newCountingReceiver(t, secret)
+		db.Exec("UPDATE webhook_subscriptions SET url = ? WHERE id = ?", u, sub.ID)
+
+		crashed := startSender(t, db, 0, "FERRY_NOTIFY_CHILD_CRASH=1", "FERRY_NOTIFY_CHILD_LEASE=2s")
+		id, _ := h.emit(notify.UploadCompleted, map[string]int{"n": 1})
+		select {
+		case <-crashed:
+		case <-time.After(30 * time.Second):
+			t.Fatal("the crashing sender did not die")
+		}
+		if arrived, processed := recv.counts(id); arrived != 1 || processed != 1 {
+			t.Fatalf("before the crash: %d arrived, %d processed; want 1 and 1", arrived, processed)
+		}
+		d, _ := h.delivery(sub.ID, id)
+		if d.State != notify.StatePending || len(d.Attempts) != 0 {
+			t.Fatalf("after the crash: %+v; want pending with nothing recorded", d)
+		}
+
+		start := time.Now()
+		startSender(t, db, 1, "FERRY_NOTIFY_CHILD_LEASE=2s")
+		d = h.waitDelivery(sub.ID, id, notify.StateDelivered, 30*time.Second)
+		t.Logf("taken over and delivered %.1fs after the survivor started (lease 2s)", time.Since(start).Seconds())
+		if arrived, processed := recv.counts(id); arrived != 2 || processed != 1 {
+			t.Fatalf("after the takeover: %d arrived, %d processed; want 2 and 1", arrived, processed)
+		}
+		if len(d.Attempts) != 1 || d.Attempts[0].N != 2 || d.Attempts[0].Status != 204 {
+			t.Fatalf("attempts %+v; want one recorded, the job's second", d.Attempts)
+		}
+	})
 }
 
 // TestSenderProcess is the child of TestThreeSenderProcesses: a ferry
@@ -188,7 +229,7 @@ func startSender(t *testing.T, db *testenv.DB, n int) {
 // until its stdin closes.
 func TestSenderProcess(t *testing.T) {
 	if os.Getenv("FERRY_NOTIFY_CHILD") != "1" {
-		t.Skip("helper process for TestThreeSenderProcesses")
+		t.Skip("helper process for TestThreeSenderProcesses and TestSenderKilledAfterSending")
 	}
 	db, err := models.Open(context.Background(), os.Getenv("FERRY_NOTIFY_CHILD_DIALECT"), os.Getenv("FERRY_NOTIFY_CHILD_DSN"), testenv.Logger(t))
 	if err != nil {
@@ -199,7 +240,19 @@ func TestSenderProcess(t *testing.T) {
 		io.Copy(io.Discard, os.Stdin)
 		cancel()
 	}()
-	wait := newHarness(t, db, notify.Options{AllowPrivate: true, Poll: 20 * time.Millisecond}).start(ctx)
+	o := notify.Options{AllowPrivate: true, Poll: 20 * time.Millisecond}
+	if os.Getenv("FERRY_NOTIFY_CHILD_CRASH") == "1" {
+		// Die the moment the receiver has answered, before anything is
+		// recorded.
+		o.AfterSend = func(string, int) { syscall.Kill(os.Getpid(), syscall.SIGKILL) }
+	}
+	h := newHarness(t, db, o)
+	if v := os.Getenv("FERRY_NOTIFY_CHILD_LEASE"); v != "" {
+		if h.lease, err = time.ParseDuration(v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wait := h.start(ctx)
 	os.Stdout.WriteString("SENDER READY\n")
 	os.Stdout.Sync()
 	wait()

@@ -70,10 +70,16 @@ func (s *Service) deliver(ctx context.Context, j *jobs.Job) error {
 	}
 	var ev models.OutboxEvent
 	if err := db.Where("id = ?", d.EventID).Take(&ev).Error; err != nil {
+		if errors.Is(err, gorm.ErrRecordNotFound) {
+			return s.finish(ctx, j, &d, nil, StateFailed, "the event is no longer in the outbox")
+		}
 		return fmt.Errorf("notify: outbox event %s: %w", d.EventID, err)
 	}
 
 	res := s.send(ctx, sub, ev.ID, []byte(ev.Payload))
+	if s.o.AfterSend != nil {
+		s.o.AfterSend(d.ID, res.status)
+	}
 	if ctx.Err() != nil {
 		// Shutdown or a lost lease cut the attempt short; the job runner
 		// hands the job on, and this half-attempt is not the receiver's
@@ -86,7 +92,9 @@ func (s *Service) deliver(ctx context.Context, j *jobs.Job) error {
 	}
 	switch {
 	case res.ok():
-		s.metrics.latency.Observe(s.now().Sub(ev.CreatedAt).Seconds())
+		if round == 1 { // a redelivery's age says nothing about the sender
+			s.metrics.latency.Observe(s.now().Sub(ev.CreatedAt).Seconds())
+		}
 		log.InfoContext(ctx, "webhook delivered", "status", res.status, "duration", res.duration)
 		return s.finish(ctx, j, &d, &res, StateDelivered, "")
 	case res.status == http.StatusGone:

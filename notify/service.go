@@ -73,7 +73,11 @@ type Options struct {
 	Dialer   Dialer
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
-	Log *slog.Logger
+	// AfterSend, when set, runs after each attempt's HTTP exchange and
+	// before the attempt is recorded: the moment a crash hurts most. Tests
+	// use it to kill a sender there.
+	AfterSend func(deliveryID string, status int)
+	Log       *slog.Logger
 	// Registerer receives the webhook metrics; nil registers nothing.
 	Registerer prometheus.Registerer
 }
