@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -52,6 +53,33 @@ func newCountingReceiver(t *testing.T, secret string) (*countingReceiver, string
 	return c, srv.URL
 }
 
+// subscribeCounting registers a countingReceiver for events. The secret
+// exists only once the subscription does, so the URL is filled in after.
+func (h *harness) subscribeCounting(events ...string) (notify.Subscription, *countingReceiver) {
+	h.t.Helper()
+	sub, secret := h.subscribe("http://127.0.0.1:1/placeholder", events...)
+	recv, u := newCountingReceiver(h.t, secret)
+	if err := h.db.Exec("UPDATE webhook_subscriptions SET url = ? WHERE id = ?", u, sub.ID).Error; err != nil {
+		h.t.Fatal(err)
+	}
+	return sub, recv
+}
+
+// crashAfterSending emits one event with a sender child that dies right
+// after the receiver answered it, and returns the event id once the child
+// is dead.
+func (h *harness) crashAfterSending(db *testenv.DB, env ...string) string {
+	h.t.Helper()
+	crashed := startSender(h.t, db, 0, append(env, "FERRY_NOTIFY_CHILD_CRASH=1")...)
+	id, _ := h.emit(notify.UploadCompleted, map[string]int{"n": 1})
+	select {
+	case <-crashed:
+	case <-time.After(30 * time.Second):
+		h.t.Fatal("the crashing sender did not die")
+	}
+	return id
+}
+
 func (c *countingReceiver) counts(id string) (arrived, processed int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -64,13 +92,8 @@ func (c *countingReceiver) counts(id string) (arrived, processed int) {
 func TestThreeSenderProcesses(t *testing.T) {
 	testenv.ForEachDB(t, func(t *testing.T, db *testenv.DB) {
 		h := newHarness(t, db.DB, notify.Options{AllowPrivate: true}) // admin side only; the children send
-		subA, secretA := h.subscribe("http://127.0.0.1:1/placeholder", notify.UploadCompleted, notify.ExportCompleted)
-		subB, secretB := h.subscribe("http://127.0.0.1:1/placeholder", notify.UploadCompleted)
-		recvA, urlA := newCountingReceiver(t, secretA)
-		recvB, urlB := newCountingReceiver(t, secretB)
-		for id, u := range map[string]string{subA.ID: urlA, subB.ID: urlB} {
-			db.Exec("UPDATE webhook_subscriptions SET url = ? WHERE id = ?", u, id)
-		}
+		_, recvA := h.subscribeCounting(notify.UploadCompleted, notify.ExportCompleted)
+		_, recvB := h.subscribeCounting(notify.UploadCompleted)
 
 		for i := range 3 {
 			startSender(t, db, i)
@@ -192,17 +215,8 @@ func startSender(t *testing.T, db *testenv.DB, n int, env ...string) <-chan stru
 func TestSenderKilledAfterSending(t *testing.T) {
 	testenv.ForEachDB(t, func(t *testing.T, db *testenv.DB) {
 		h := newHarness(t, db.DB, notify.Options{AllowPrivate: true})
-		sub, secret := h.subscribe("http://127.0.0.1:1/placeholder")
-		recv, u := newCountingReceiver(t, secret)
-		db.Exec("UPDATE webhook_subscriptions SET url = ? WHERE id = ?", u, sub.ID)
-
-		crashed := startSender(t, db, 0, "FERRY_NOTIFY_CHILD_CRASH=1", "FERRY_NOTIFY_CHILD_LEASE=2s")
-		id, _ := h.emit(notify.UploadCompleted, map[string]int{"n": 1})
-		select {
-		case <-crashed:
-		case <-time.After(30 * time.Second):
-			t.Fatal("the crashing sender did not die")
-		}
+		sub, recv := h.subscribeCounting()
+		id := h.crashAfterSending(db, "FERRY_NOTIFY_CHILD_LEASE=2s")
 		if arrived, processed := recv.counts(id); arrived != 1 || processed != 1 {
 			t.Fatalf("before the crash: %d arrived, %d processed; want 1 and 1", arrived, processed)
 		}
@@ -224,12 +238,39 @@ func TestSenderKilledAfterSending(t *testing.T) {
 	})
 }
 
-// TestSenderProcess is the child of TestThreeSenderProcesses: a ferry
+// A sender dies during a delivery's last attempt. The next claim marks
+// the delivery failed, with the reason, instead of sending beyond the
+// attempt budget or leaving it pending forever; it can be redelivered.
+func TestSenderLostOnLastAttempt(t *testing.T) {
+	testenv.ForEachDB(t, func(t *testing.T, db *testenv.DB) {
+		h := newHarness(t, db.DB, notify.Options{AllowPrivate: true})
+		sub, recv := h.subscribeCounting()
+		id := h.crashAfterSending(db, "FERRY_NOTIFY_CHILD_LEASE=2s", "FERRY_NOTIFY_CHILD_MAX_ATTEMPTS=1")
+		startSender(t, db, 1, "FERRY_NOTIFY_CHILD_LEASE=2s", "FERRY_NOTIFY_CHILD_MAX_ATTEMPTS=1")
+		d := h.waitDelivery(sub.ID, id, notify.StateFailed, 30*time.Second)
+		if !strings.Contains(d.LastError, "lost during the last attempt") || len(d.Attempts) != 0 {
+			t.Fatalf("delivery %+v; want failed for the lost worker, nothing recorded", d)
+		}
+		if arrived, _ := recv.counts(id); arrived != 1 {
+			t.Fatalf("the receiver got %d requests, want 1 (no attempt beyond the budget)", arrived)
+		}
+		if _, err := h.svc.Redeliver(context.Background(), d.ID); err != nil {
+			t.Fatal(err)
+		}
+		h.waitDelivery(sub.ID, id, notify.StateDelivered, 30*time.Second)
+		if arrived, processed := recv.counts(id); arrived != 2 || processed != 1 {
+			t.Fatalf("after redelivery: %d arrived, %d processed; want 2 and 1", arrived, processed)
+		}
+	})
+}
+
+// TestSenderProcess is the child process of the tests above: a ferry
 // replica's webhook side (dispatcher and sender) on a shared database,
-// until its stdin closes.
+// until its stdin closes. FERRY_NOTIFY_CHILD_CRASH=1 makes it SIGKILL
+// itself right after a receiver answers.
 func TestSenderProcess(t *testing.T) {
 	if os.Getenv("FERRY_NOTIFY_CHILD") != "1" {
-		t.Skip("helper process for TestThreeSenderProcesses and TestSenderKilledAfterSending")
+		t.Skip("helper process for the multi-process tests")
 	}
 	db, err := models.Open(context.Background(), os.Getenv("FERRY_NOTIFY_CHILD_DIALECT"), os.Getenv("FERRY_NOTIFY_CHILD_DSN"), testenv.Logger(t))
 	if err != nil {
@@ -241,6 +282,11 @@ func TestSenderProcess(t *testing.T) {
 		cancel()
 	}()
 	o := notify.Options{AllowPrivate: true, Poll: 20 * time.Millisecond}
+	if v := os.Getenv("FERRY_NOTIFY_CHILD_MAX_ATTEMPTS"); v != "" {
+		if o.MaxAttempts, err = strconv.Atoi(v); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if os.Getenv("FERRY_NOTIFY_CHILD_CRASH") == "1" {
 		// Die the moment the receiver has answered, before anything is
 		// recorded.
