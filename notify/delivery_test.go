@@ -3,6 +3,7 @@ package notify_test
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"strconv"
@@ -158,18 +159,20 @@ func TestFailedDeliveryRedeliver(t *testing.T) {
 			t.Fatalf("failed delivery changed by itself: %+v", again)
 		}
 
-		// The receiver comes back on the same address.
+		// The receiver comes back on the same address. It holds the first
+		// request until released, so the delivery is seen pending.
 		l, err := net.Listen("tcp", addr)
 		if err != nil {
 			t.Fatal(err)
 		}
+		release := make(chan struct{})
 		var mu sync.Mutex
 		var got []hit
 		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			b := make([]byte, len(payload)+1)
-			n, _ := r.Body.Read(b)
+			<-release
+			b, _ := io.ReadAll(r.Body)
 			mu.Lock()
-			got = append(got, hit{header: r.Header.Clone(), body: b[:n]})
+			got = append(got, hit{header: r.Header.Clone(), body: b})
 			mu.Unlock()
 		})}
 		go srv.Serve(l)
@@ -177,16 +180,19 @@ func TestFailedDeliveryRedeliver(t *testing.T) {
 
 		rd, err := h.svc.Redeliver(context.Background(), d.ID)
 		if err != nil || rd.State != notify.StatePending || rd.Round != 2 {
+			close(release)
 			t.Fatalf("redeliver: %+v %v", rd, err)
 		}
 		if _, err := h.svc.Redeliver(context.Background(), d.ID); !errors.Is(err, errkind.Conflict) {
+			close(release)
 			t.Fatalf("redeliver while pending: %v, want a conflict", err)
 		}
+		close(release)
 		d = h.waitDelivery(sub.ID, id, notify.StateDelivered, 30*time.Second)
 		mu.Lock()
 		defer mu.Unlock()
-		if len(got) != 1 || got[0].header.Get("webhook-id") != id {
-			t.Fatalf("receiver got %d requests, webhook-id %q; want 1 with %q", len(got), got[0].header.Get("webhook-id"), id)
+		if len(got) != 1 || got[0].header.Get("webhook-id") != id || string(got[0].body) != payload {
+			t.Fatalf("receiver got %d requests %+v; want 1 with webhook-id %q and the same body", len(got), got, id)
 		}
 		if last := d.Attempts[len(d.Attempts)-1]; len(d.Attempts) != 4 || last.Round != 2 || last.N != 1 || last.Status != 200 {
 			t.Fatalf("attempts after redelivery: %+v", d.Attempts)
