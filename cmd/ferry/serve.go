@@ -24,6 +24,7 @@ import (
 	"github.com/ferry-io/ferry/config"
 	"github.com/ferry-io/ferry/jobs"
 	"github.com/ferry-io/ferry/models"
+	"github.com/ferry-io/ferry/notify"
 	"github.com/ferry-io/ferry/presign"
 	"github.com/ferry-io/ferry/s3store"
 	"github.com/ferry-io/ferry/s3store/embedded"
@@ -128,9 +129,16 @@ func cmdServe(args []string, stdout, stderr io.Writer) error {
 	reg.MustRegister(jobs.NewCollector(queue))
 	runner := jobs.NewRunner(queue, jobs.RunnerConfig{Lease: cfg.JobLease, Poll: cfg.JobPoll, Log: log, Registerer: reg})
 
+	webhooks := notify.New(db, queue, notify.Options{
+		Schedule: cfg.WebhookRetrySchedule, MaxAttempts: cfg.WebhookMaxAttempts, AllowPrivate: cfg.WebhookAllowPrivate,
+		Poll: cfg.JobPoll, Log: log, Registerer: reg,
+	})
+	webhooks.Register(runner)
+
 	srv := server.New(server.Deps{
 		Log:        log,
 		Users:      usersSvc,
+		Webhooks:   webhooks,
 		Gatherer:   reg,
 		Registerer: reg,
 		Ready: []server.ReadyCheck{
@@ -171,6 +179,11 @@ func cmdServe(args []string, stdout, stderr io.Writer) error {
 		runner.Run(workersCtx, cfg.ShutdownTimeout)
 		close(workersDone)
 	}()
+	dispatchDone := make(chan struct{})
+	go func() {
+		webhooks.RunDispatcher(workersCtx)
+		close(dispatchDone)
+	}()
 	log.Info("ferry listening", "addr", ln.Addr().String(), "public_url", cfg.PublicURL)
 
 	select {
@@ -178,6 +191,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) error {
 	case err := <-serveErr:
 		stopWorkers()
 		<-workersDone
+		<-dispatchDone
 		return fmt.Errorf("http server: %w", err)
 	}
 
@@ -190,6 +204,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) error {
 	stopWorkers()
 	httpErr := httpSrv.Shutdown(shutCtx)
 	<-workersDone
+	<-dispatchDone
 	stopStore()
 	if gw != nil {
 		if err := gw.Wait(); err != nil {
