@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/ferry-io/ferry/errkind"
+	"github.com/ferry-io/ferry/upload"
 	"github.com/ferry-io/ferry/users"
 )
 
@@ -26,6 +27,7 @@ type ReadyCheck struct {
 type Deps struct {
 	Log        *slog.Logger
 	Users      *users.Service
+	Uploads    *upload.Service // nil leaves the upload and files routes out
 	Gatherer   prometheus.Gatherer
 	Registerer prometheus.Registerer
 	Ready      []ReadyCheck
@@ -77,6 +79,9 @@ func New(d Deps) *Server {
 
 	authed := api.Group("/", requireUser)
 	authed.GET("/me", h(s.me))
+	if d.Uploads != nil {
+		s.routeUploads(authed)
+	}
 
 	admin := api.Group("/admin", requireAdmin)
 	admin.GET("/users", h(s.listUsers))
