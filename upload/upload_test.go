@@ -720,3 +720,46 @@ func TestCompleteNamesMissingAndBadParts(t *testing.T) {
 		}
 	})
 }
+
+// Files pages newest first with an opaque cursor.
+func TestFilesPaging(t *testing.T) {
+	testenv.ForEachDB(t, func(t *testing.T, db *testenv.DB) {
+		e := newEnv(t, db, nil)
+		e.run(t, 5*time.Second)
+		ctx := context.Background()
+		data := randomBytes(1000)
+		st := newClient(t, e, "usr_a").uploadAll("f0", data, true)
+		e.waitDone("usr_a", st.UploadID, 30*time.Second)
+		for i := 1; i < 5; i++ {
+			e.clock.Advance(time.Millisecond) // distinct times, like real life
+			res, err := e.svc.Init(ctx, "usr_a", upload.InitRequest{FileName: fmt.Sprintf("f%d", i), Size: 1000, SHA256: sha(data)})
+			if err != nil || res.Outcome != upload.Instant {
+				t.Fatal(res.Outcome, err)
+			}
+		}
+		var names []string
+		cursor := ""
+		for page := 0; page < 5; page++ {
+			files, next, err := e.svc.Files(ctx, "usr_a", cursor, 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, f := range files {
+				names = append(names, f.Name)
+			}
+			if next == "" {
+				break
+			}
+			cursor = next
+		}
+		if fmt.Sprint(names) != "[f4 f3 f2 f1 f0]" {
+			t.Fatalf("pages gave %v", names)
+		}
+		if _, _, err := e.svc.Files(ctx, "usr_a", "bogus!", 2); !errors.Is(err, errkind.Invalid) {
+			t.Fatalf("bad cursor: %v", err)
+		}
+		if files, _, _ := e.svc.Files(ctx, "usr_b", "", 10); len(files) != 0 {
+			t.Fatalf("usr_b sees %d files", len(files))
+		}
+	})
+}
