@@ -35,7 +35,7 @@ const mib = 1 << 20
 
 // api is a ferry HTTP server over a real database and bucket.
 type api struct {
-	t     *testing.T
+	t     testing.TB
 	db    *testenv.DB
 	store *s3store.Store
 	queue *jobs.Queue
@@ -44,7 +44,7 @@ type api struct {
 	url   string
 }
 
-func newAPI(t *testing.T, db *testenv.DB) *api {
+func newAPI(t testing.TB, db *testenv.DB) *api {
 	t.Helper()
 	a := &api{t: t, db: db, store: testenv.Store(t), queue: jobs.NewQueue(db.DB, time.Now)}
 	signer, err := presign.NewSigner([]presign.Key{{ID: "k1", Secret: bytes.Repeat([]byte{1}, 32)}}, time.Now)
@@ -138,7 +138,7 @@ func hexSHA(b []byte) string {
 }
 
 // putPart PUTs body to the presigned URL in a presign answer.
-func putPart(t *testing.T, u map[string]any, body []byte) string {
+func putPart(t testing.TB, u map[string]any, body []byte) string {
 	t.Helper()
 	req, _ := http.NewRequest(u["method"].(string), u["url"].(string), bytes.NewReader(body))
 	for k, v := range u["headers"].(map[string]any) {
