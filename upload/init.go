@@ -105,9 +105,10 @@ func (s *Service) owns(ctx context.Context, userID, blobID string) (bool, error)
 	return n > 0, nil
 }
 
-// resume returns the caller's resumable upload of this content with the
-// parts S3 holds. An upload past its TTL is expired on the spot, so that
-// its resume key frees up for a new one.
+// resume returns the caller's unfinished upload of this content: one
+// still uploading, with the parts S3 holds, or one whose merge is pending,
+// for the client to poll. An upload past its TTL is expired on the spot, so
+// that its resume key frees up for a new one.
 func (s *Service) resume(ctx context.Context, userID, sha string, size int64) (Status, bool, error) {
 	var u models.Upload
 	err := s.db.WithContext(ctx).Where("resume_key = ?", resumeKey(userID, sha, size)).Take(&u).Error
@@ -126,6 +127,9 @@ func (s *Service) resume(ctx context.Context, userID, sha string, size int64) (S
 	}
 	if err != nil {
 		return Status{}, false, err
+	}
+	if u.State != StateUploading {
+		return st, true, nil // completed, merge pending: the client polls it
 	}
 	if err := s.touch(ctx, &u); err != nil {
 		return Status{}, false, err

@@ -255,7 +255,7 @@ func (s *Service) succeed(ctx context.Context, j *jobs.Job, u *models.Upload, su
 			return err
 		}
 		res := tx.Model(&models.Upload{}).Where("id = ? AND state IN ?", u.ID, []string{StatePending, StateMerging}).
-			Updates(map[string]any{"state": StateSuccess, "sha256": sum, "file_id": f.ID, "error": nil, "updated_at": now, "finished_at": now})
+			Updates(map[string]any{"state": StateSuccess, "sha256": sum, "file_id": f.ID, "error": nil, "resume_key": nil, "updated_at": now, "finished_at": now})
 		if res.Error != nil {
 			return res.Error
 		}
@@ -354,7 +354,7 @@ func (s *Service) fail(ctx context.Context, j *jobs.Job, u *models.Upload, reaso
 	now := s.nowUTC()
 	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		res := tx.Model(&models.Upload{}).Where("id = ? AND state IN ?", u.ID, []string{StatePending, StateMerging}).
-			Updates(map[string]any{"state": StateFailed, "error": reason, "updated_at": now, "finished_at": now})
+			Updates(map[string]any{"state": StateFailed, "error": reason, "resume_key": nil, "updated_at": now, "finished_at": now})
 		if res.Error != nil {
 			return res.Error
 		}

@@ -26,8 +26,8 @@ func (s *Service) Status(ctx context.Context, userID, id string) (Status, error)
 	return s.status(ctx, u)
 }
 
-// Find returns the caller's resumable upload of the content with this
-// SHA-256 and size.
+// Find returns the caller's unfinished upload of the content with this
+// SHA-256 and size: one still uploading, or completed and not yet merged.
 func (s *Service) Find(ctx context.Context, userID, sha string, size int64) (Status, error) {
 	sha, err := checkSHA256(sha, "sha256")
 	if err != nil {
@@ -265,7 +265,7 @@ func (s *Service) Complete(ctx context.Context, userID, id string, parts []Clien
 	}
 
 	now := s.nowUTC()
-	upd := map[string]any{"state": StatePending, "resume_key": nil, "updated_at": now}
+	upd := map[string]any{"state": StatePending, "updated_at": now}
 	if len(etags) > 0 {
 		b, _ := json.Marshal(etags)
 		upd["client_etags"] = string(b)

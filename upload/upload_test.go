@@ -692,7 +692,8 @@ func TestStatusPaginatesParts(t *testing.T) {
 }
 
 // Complete refuses missing and wrongly sized parts with a 409 that lists
-// them, and leaves the upload resumable.
+// them, and leaves the upload resumable; once accepted, the upload is
+// still what Init and Find answer for its content until it is merged.
 func TestCompleteNamesMissingAndBadParts(t *testing.T) {
 	testenv.ForEachDB(t, func(t *testing.T, db *testenv.DB) {
 		e := newEnv(t, db, nil)
@@ -717,6 +718,13 @@ func TestCompleteNamesMissingAndBadParts(t *testing.T) {
 		}
 		if _, err := e.svc.Presign(ctx, "usr_a", st.UploadID, []int{1}, nil); !errors.Is(err, errkind.Conflict) {
 			t.Fatalf("presign while pending: %v, want 409", err)
+		}
+		// A client that lost track after complete finds the upload to poll.
+		if res := c.init("f", data, true, 0); res.Outcome != upload.Resumed || res.Upload.UploadID != st.UploadID || res.Upload.State != upload.StatePending {
+			t.Fatalf("init while pending = %v %s %s", res.Outcome, res.Upload.UploadID, res.Upload.State)
+		}
+		if found, err := e.svc.Find(ctx, "usr_a", sha(data), int64(len(data))); err != nil || found.State != upload.StatePending {
+			t.Fatalf("find while pending = %+v %v", found, err)
 		}
 	})
 }

@@ -3,9 +3,9 @@
 -- proof-of-possession challenges for instant upload.
 
 -- One row per multipart session. resume_key is "user|sha256|size" while the
--- upload is resumable (state uploading) and NULL otherwise; its unique index
--- makes "one resumable upload per user and content" hold under racing
--- inits. client_etags holds the ETags a client sent with complete, as JSON.
+-- upload is unfinished (uploading, pending or merging) and NULL otherwise;
+-- its unique index makes "one unfinished upload per user and content" hold
+-- under racing inits. client_etags holds the ETags a client sent with complete, as JSON.
 CREATE TABLE uploads (
     id            VARCHAR(40)   NOT NULL PRIMARY KEY,
     user_id       VARCHAR(40)   NOT NULL,
