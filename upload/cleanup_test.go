@@ -115,6 +115,10 @@ func TestExpiryIsConsistentAndActivityExtends(t *testing.T) {
 		e.clock.Advance(11 * time.Minute)
 		_, err := e.svc.Status(ctx, "usr_a", st.UploadID)
 		wantKind(t, err, errkind.Gone, "upload_expired")
+		_, err = e.svc.Find(ctx, "usr_a", sha(data), int64(len(data)))
+		wantKind(t, err, errkind.NotFound, "upload_not_found")
+		_, err = e.svc.Status(ctx, "usr_a", st.UploadID)
+		wantKind(t, err, errkind.Gone, "upload_expired")
 		if _, err := e.svc.Abort(ctx, "usr_a", st.UploadID); !errors.Is(err, errkind.Gone) {
 			t.Fatalf("abort of an expired upload: %v", err)
 		}

@@ -193,3 +193,66 @@ func TestLongVerificationKeepsItsLease(t *testing.T) {
 		}
 	})
 }
+
+// Transient storage errors retry with backoff: a worker whose S3 is
+// unreachable leaves the job queued with the error recorded, and a worker
+// that reaches S3 finishes it. Out of attempts, the upload fails with the
+// reason and an event.
+func TestTransientStorageErrorsRetry(t *testing.T) {
+	testenv.ForEachDB(t, func(t *testing.T, db *testenv.DB) {
+		e := newEnv(t, db, nil)
+		ctx := context.Background()
+		down, err := s3store.New(ctx, s3store.Config{Endpoint: "http://127.0.0.1:1", Region: "us-east-1", Bucket: e.store.Bucket(),
+			AccessKey: "a", SecretKey: "b", PathStyle: true, Timeout: 2 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		broken := func(attempts int) *env {
+			return newEnv(t, db, func(c *upload.Config) {
+				c.Store, c.Queue, c.MergeAttempts = down, e.queue, attempts
+				c.MergeBackoff = func(int) time.Duration { return 50 * time.Millisecond }
+			})
+		}
+		c := newClient(t, e, "usr_a")
+
+		st := c.uploadAll("retry.bin", randomBytes(1000), true)
+		t.Run("unreachable", func(t *testing.T) {
+			broken(100).run(t, 5*time.Second)
+			deadline := time.Now().Add(30 * time.Second)
+			for {
+				j, _ := e.queue.Get(ctx, upload.KindMerge, st.UploadID)
+				if j.Attempts >= 2 && j.LastError != nil {
+					if !strings.Contains(*j.LastError, "unreachable") {
+						t.Fatalf("last error = %q", *j.LastError)
+					}
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("job %+v did not retry", j)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		})
+		if u := e.upload(st.UploadID); u.State != upload.StateMerging {
+			t.Fatalf("after storage errors the upload is %s, want still merging", u.State)
+		}
+		t.Run("reachable", func(t *testing.T) {
+			e.run(t, 5*time.Second)
+			if done := e.waitDone("usr_a", st.UploadID, 30*time.Second); done.State != upload.StateSuccess {
+				t.Fatalf("final = %+v", done)
+			}
+		})
+
+		gaveUp := c.uploadAll("never.bin", randomBytes(1000), true)
+		t.Run("out of attempts", func(t *testing.T) {
+			broken(2).run(t, 5*time.Second)
+			done := e.waitDone("usr_a", gaveUp.UploadID, 30*time.Second)
+			if done.State != upload.StateFailed || !strings.Contains(done.Error, "gave up after 2 attempts") {
+				t.Fatalf("final = %s %q", done.State, done.Error)
+			}
+		})
+		if n := e.count("outbox", "type = ? AND subject = ?", notify.UploadFailed, gaveUp.UploadID); n != 1 {
+			t.Fatalf("upload.failed events = %d", n)
+		}
+	})
+}

@@ -44,7 +44,18 @@ func (s *Service) Find(ctx context.Context, userID, sha string, size int64) (Sta
 	if err != nil {
 		return Status{}, fmt.Errorf("upload: find: %w", err)
 	}
-	return s.status(ctx, &u)
+	if s.expired(&u) {
+		// Not resumable any more: the same answer as after cleanup ran.
+		if err := s.expire(ctx, &u); err != nil {
+			return Status{}, err
+		}
+		return Status{}, errNotFound
+	}
+	st, err := s.status(ctx, &u)
+	if errors.Is(err, errExpired) {
+		return Status{}, errNotFound
+	}
+	return st, err
 }
 
 func (s *Service) status(ctx context.Context, u *models.Upload) (Status, error) {
