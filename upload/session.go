@@ -194,13 +194,21 @@ func (s *Service) Presign(ctx context.Context, userID, id string, parts []int, c
 	if err := s.touch(ctx, u); err != nil {
 		return nil, err
 	}
-	out := make(map[int]PresignedPart, len(parts))
-	for _, n := range parts {
-		req, err := s.store.PresignPart(ctx, u.S3Key, u.S3UploadID, int32(n), contentMD5[n], s.cfg.PresignTTL)
-		if err != nil {
-			return nil, storageError("presign part", err)
+	nums := make([]int32, len(parts))
+	md5s := make(map[int32]string, len(contentMD5))
+	for i, n := range parts {
+		nums[i] = int32(n)
+		if v, ok := contentMD5[n]; ok {
+			md5s[int32(n)] = v
 		}
-		out[n] = PresignedPart{URL: req.URL, Method: req.Method, Headers: req.Headers, ExpiresAt: models.Time(req.ExpiresAt)}
+	}
+	reqs, err := s.store.PresignParts(ctx, u.S3Key, u.S3UploadID, nums, md5s, s.cfg.PresignTTL)
+	if err != nil {
+		return nil, storageError("presign parts", err)
+	}
+	out := make(map[int]PresignedPart, len(parts))
+	for i, req := range reqs {
+		out[parts[i]] = PresignedPart{URL: req.URL, Method: req.Method, Headers: req.Headers, ExpiresAt: models.Time(req.ExpiresAt)}
 	}
 	s.metrics.presigned.Add(float64(len(parts)))
 	return out, nil

@@ -55,7 +55,7 @@ const keyPrefix = "uploads/"
 // *s3store.Store implements it.
 type Storage interface {
 	CreateMultipart(ctx context.Context, key, contentType string) (string, error)
-	PresignPart(ctx context.Context, key, uploadID string, part int32, contentMD5 string, ttl time.Duration) (s3store.PresignedRequest, error)
+	PresignParts(ctx context.Context, key, uploadID string, parts []int32, contentMD5 map[int32]string, ttl time.Duration) ([]s3store.PresignedRequest, error)
 	ListParts(ctx context.Context, key, uploadID string) ([]s3store.Part, error)
 	ListMultipartUploads(ctx context.Context, prefix string) ([]s3store.MultipartUpload, error)
 	CompleteMultipart(ctx context.Context, key, uploadID string, parts []s3store.CompletedPart) (string, error)
