@@ -12,6 +12,7 @@ import (
 
 	"github.com/ferry-io/ferry/errkind"
 	"github.com/ferry-io/ferry/notify"
+	"github.com/ferry-io/ferry/upload"
 	"github.com/ferry-io/ferry/users"
 )
 
@@ -28,6 +29,7 @@ type Deps struct {
 	Log        *slog.Logger
 	Users      *users.Service
 	Webhooks   *notify.Service // nil: no webhook routes
+	Uploads    *upload.Service // nil leaves the upload and files routes out
 	Gatherer   prometheus.Gatherer
 	Registerer prometheus.Registerer
 	Ready      []ReadyCheck
@@ -79,6 +81,9 @@ func New(d Deps) *Server {
 
 	authed := api.Group("/", requireUser)
 	authed.GET("/me", h(s.me))
+	if d.Uploads != nil {
+		s.routeUploads(authed)
+	}
 
 	admin := api.Group("/admin", requireAdmin)
 	admin.GET("/users", h(s.listUsers))

@@ -29,6 +29,7 @@ import (
 	"github.com/ferry-io/ferry/s3store"
 	"github.com/ferry-io/ferry/s3store/embedded"
 	"github.com/ferry-io/ferry/server"
+	"github.com/ferry-io/ferry/upload"
 	"github.com/ferry-io/ferry/users"
 )
 
@@ -104,7 +105,6 @@ func cmdServe(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	_ = signer // used by the download, upload and export wiring
 
 	store, err := openStore(ctx, cfg, log)
 	if err != nil {
@@ -134,11 +134,21 @@ func cmdServe(args []string, stdout, stderr io.Writer) error {
 		Poll: cfg.JobPoll, Log: log, Registerer: reg,
 	})
 	webhooks.Register(runner)
+	uploads, err := upload.New(upload.Config{
+		DB: db, Store: store, Queue: queue, Links: signer, Log: log, Registerer: reg,
+		TTL: cfg.UploadTTL, PresignTTL: cfg.PresignTTL, MaxSize: cfg.MaxUploadSize, DefaultPartSize: cfg.DefaultPartSize,
+		LinkTTL: cfg.DownloadLinkTTL, MergeConcurrency: cfg.MergeConcurrency,
+	})
+	if err != nil {
+		return err
+	}
+	uploads.Register(runner)
 
 	srv := server.New(server.Deps{
 		Log:        log,
 		Users:      usersSvc,
 		Webhooks:   webhooks,
+		Uploads:    uploads,
 		Gatherer:   reg,
 		Registerer: reg,
 		Ready: []server.ReadyCheck{
