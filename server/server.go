@@ -35,7 +35,8 @@ type Deps struct {
 	Ready      []ReadyCheck
 
 	MaxBodyBytes  int64
-	Origins       []string // ferry's browser origins, for the CSRF check
+	PublicURL     string   // how browsers reach ferry (scheme://host[:port])
+	Origins       []string // ferry's browser origins, for the CSRF check and CORS
 	SecureCookies bool
 	SessionTTL    time.Duration
 }
@@ -83,6 +84,7 @@ func New(d Deps) *Server {
 	authed.GET("/me", h(s.me))
 	if d.Uploads != nil {
 		s.routeUploads(authed)
+		s.routeCompanion(e)
 	}
 
 	admin := api.Group("/admin", requireAdmin)

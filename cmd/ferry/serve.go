@@ -162,6 +162,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) error {
 			{Name: "bucket", Check: store.Ready},
 		},
 		MaxBodyBytes:  cfg.MaxBodyBytes,
+		PublicURL:     cfg.PublicURL,
 		Origins:       cfg.Origins(),
 		SecureCookies: strings.HasPrefix(cfg.PublicURL, "https://"),
 		SessionTTL:    sessionTTL,
