@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"io/fs"
 	"log/slog"
 	"net/http"
 	"time"
@@ -30,6 +31,7 @@ type Deps struct {
 	Users      *users.Service
 	Webhooks   *notify.Service // nil: no webhook routes
 	Uploads    *upload.Service // nil leaves the upload and files routes out
+	Web        fs.FS           // the browser UI's files (package web); nil serves no UI
 	Gatherer   prometheus.Gatherer
 	Registerer prometheus.Registerer
 	Ready      []ReadyCheck
@@ -75,6 +77,9 @@ func New(d Deps) *Server {
 	e.GET("/readyz", s.readyz)
 	e.HEAD("/readyz", s.readyz)
 	e.GET("/metrics", gin.WrapH(promhttp.HandlerFor(d.Gatherer, promhttp.HandlerOpts{})))
+	if d.Web != nil {
+		s.routeWeb(e)
+	}
 
 	api := e.Group("/", s.authenticate())
 	api.POST("/session", h(s.createSession))

@@ -31,6 +31,7 @@ import (
 	"github.com/ferry-io/ferry/server"
 	"github.com/ferry-io/ferry/upload"
 	"github.com/ferry-io/ferry/users"
+	"github.com/ferry-io/ferry/web"
 )
 
 const sessionTTL = 7 * 24 * time.Hour
@@ -149,6 +150,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) error {
 		Users:      usersSvc,
 		Webhooks:   webhooks,
 		Uploads:    uploads,
+		Web:        web.Assets(),
 		Gatherer:   reg,
 		Registerer: reg,
 		Ready: []server.ReadyCheck{
