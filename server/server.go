@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/ferry-io/ferry/download"
 	"github.com/ferry-io/ferry/errkind"
 	"github.com/ferry-io/ferry/users"
 )
@@ -26,6 +27,7 @@ type ReadyCheck struct {
 type Deps struct {
 	Log        *slog.Logger
 	Users      *users.Service
+	Downloads  *download.Service // nil: no /download route
 	Gatherer   prometheus.Gatherer
 	Registerer prometheus.Registerer
 	Ready      []ReadyCheck
@@ -83,6 +85,7 @@ func New(d Deps) *Server {
 	admin.POST("/users", h(s.createUser))
 	admin.POST("/users/:id/deactivate", h(s.setActive(false)))
 	admin.POST("/users/:id/activate", h(s.setActive(true)))
+	s.routeDownloads(e)
 	return s
 }
 

@@ -22,6 +22,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/ferry-io/ferry/config"
+	"github.com/ferry-io/ferry/download"
 	"github.com/ferry-io/ferry/jobs"
 	"github.com/ferry-io/ferry/models"
 	"github.com/ferry-io/ferry/presign"
@@ -103,8 +104,6 @@ func cmdServe(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	_ = signer // used by the download, upload and export wiring
-
 	store, err := openStore(ctx, cfg, log)
 	if err != nil {
 		return err
@@ -127,9 +126,22 @@ func cmdServe(args []string, stdout, stderr io.Writer) error {
 	queue := jobs.NewQueue(db, time.Now)
 	runner := jobs.NewRunner(queue, jobs.RunnerConfig{Lease: cfg.JobLease, Poll: cfg.JobPoll, Log: log, Registerer: reg})
 
+	// The download proxy resolves ids by prefix. The exports ("exp_") and
+	// uploads ("fil_") services register here when they are wired in.
+	downloadRoutes := download.Routes{}
+	downloads, err := download.New(download.Config{
+		DB: db, Storage: store, Users: usersSvc, Signer: signer, Resolver: downloadRoutes,
+		PublicURL: cfg.PublicURL, LinkTTL: cfg.DownloadLinkTTL, MaxLinkAddrs: cfg.DownloadLinkMaxAddrs,
+		Log: log, Registerer: reg, Now: time.Now,
+	})
+	if err != nil {
+		return err
+	}
+
 	srv := server.New(server.Deps{
 		Log:        log,
 		Users:      usersSvc,
+		Downloads:  downloads,
 		Gatherer:   reg,
 		Registerer: reg,
 		Ready: []server.ReadyCheck{
