@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -239,6 +240,38 @@ func (s *Service) serve(rec *recorder, r *http.Request, req Request, e *entry) e
 // GET, and nothing asks S3 for the size.
 func (s *Service) stream(rec *recorder, r *http.Request, res Resource) error {
 	ctx := r.Context()
+	obj := s.c.Storage.Open(ctx, res.Key, res.Size)
+	defer obj.Close()
+	switch code := serveObject(rec, r, res, obj); code {
+	case 0:
+	case http.StatusRequestedRangeNotSatisfiable:
+		return errkind.New(errkind.RangeNotSatisfiable, "range_not_satisfiable",
+			"no requested range overlaps the %d bytes of this resource, or the Range header is malformed", res.Size)
+	case http.StatusPreconditionFailed:
+		return errkind.New(errkind.PreconditionFailed, "precondition_failed", "a precondition (If-Match or If-Unmodified-Since) does not hold")
+	default:
+		return fmt.Errorf("download: ServeContent answered %d", code)
+	}
+	if want := rec.Header().Get("Content-Length"); r.Method == http.MethodGet && want != "" && want != strconv.FormatInt(rec.bytes, 10) {
+		// The client went away, or S3 failed mid-stream. The headers are
+		// gone, so the client sees a short body; the log says which.
+		s.c.Log.WarnContext(ctx, "download cut short", "key", res.Key, "sent", rec.bytes, "content_length", want, "err", context.Cause(ctx))
+	}
+	return nil
+}
+
+// object is the content ServeContent reads: *s3store.ObjectReader, or
+// anything else that can be told which spans will be read.
+type object interface {
+	io.ReadSeeker
+	Expect(start, length int64)
+}
+
+// serveObject sets the representation headers and runs http.ServeContent
+// over obj behind the RFC 9110 pre-filter. It returns 0 when the answer was
+// sent, or the error status (412, 416, 500) that ServeContent chose and
+// that rec held back for the caller to send as a problem document.
+func serveObject(rec *recorder, r *http.Request, res Resource, obj object) int {
 	etag := `"` + res.SHA256 + `"`
 	h := rec.Header()
 	h.Set("ETag", etag)
@@ -253,32 +286,14 @@ func (s *Service) stream(rec *recorder, r *http.Request, res Resource) error {
 	h.Set("Content-Type", ct)
 
 	modtime := res.ModTime.UTC().Truncate(time.Second)
-	cr := r.Clone(ctx)
-	spans := conform(cr, etag, modtime, res.Size)
-	obj := s.c.Storage.Open(ctx, res.Key, res.Size)
-	defer obj.Close()
-	for _, sp := range spans {
+	cr := r.Clone(r.Context())
+	for _, sp := range conform(cr, etag, modtime, res.Size) {
 		obj.Expect(sp.start, sp.length())
 	}
 	rec.intercept = true
 	http.ServeContent(rec, cr, "", modtime, obj)
 	rec.intercept = false
-	switch rec.swallowed {
-	case 0:
-	case http.StatusRequestedRangeNotSatisfiable:
-		return errkind.New(errkind.RangeNotSatisfiable, "range_not_satisfiable",
-			"no requested range overlaps the %d bytes of this resource, or the Range header is malformed", res.Size)
-	case http.StatusPreconditionFailed:
-		return errkind.New(errkind.PreconditionFailed, "precondition_failed", "a precondition (If-Match or If-Unmodified-Since) does not hold")
-	default:
-		return fmt.Errorf("download: ServeContent answered %d", rec.swallowed)
-	}
-	if want := h.Get("Content-Length"); r.Method == http.MethodGet && want != "" && want != strconv.FormatInt(rec.bytes, 10) {
-		// The client went away, or S3 failed mid-stream. The headers are
-		// gone, so the client sees a short body; the log says which.
-		s.c.Log.WarnContext(ctx, "download cut short", "key", res.Key, "sent", rec.bytes, "content_length", want, "err", context.Cause(ctx))
-	}
-	return nil
+	return rec.swallowed
 }
 
 func isSHA256(s string) bool {
