@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/ferry-io/ferry/download"
 	"github.com/ferry-io/ferry/errkind"
 	"github.com/ferry-io/ferry/notify"
 	"github.com/ferry-io/ferry/upload"
@@ -28,8 +29,9 @@ type ReadyCheck struct {
 type Deps struct {
 	Log        *slog.Logger
 	Users      *users.Service
-	Webhooks   *notify.Service // nil: no webhook routes
-	Uploads    *upload.Service // nil leaves the upload and files routes out
+	Webhooks   *notify.Service   // nil: no webhook routes
+	Uploads    *upload.Service   // nil leaves the upload and files routes out
+	Downloads  *download.Service // nil: no /download route
 	Gatherer   prometheus.Gatherer
 	Registerer prometheus.Registerer
 	Ready      []ReadyCheck
@@ -91,6 +93,7 @@ func New(d Deps) *Server {
 	admin.POST("/users/:id/deactivate", h(s.setActive(false)))
 	admin.POST("/users/:id/activate", h(s.setActive(true)))
 	s.routeWebhooks(admin)
+	s.routeDownloads(e)
 	return s
 }
 

@@ -22,6 +22,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/ferry-io/ferry/config"
+	"github.com/ferry-io/ferry/download"
 	"github.com/ferry-io/ferry/jobs"
 	"github.com/ferry-io/ferry/models"
 	"github.com/ferry-io/ferry/notify"
@@ -144,11 +145,25 @@ func cmdServe(args []string, stdout, stderr io.Writer) error {
 	}
 	uploads.Register(runner)
 
+	// The download proxy resolves ids by their prefix.
+	downloadRoutes := download.Routes{
+		"fil_": fileResolver{uploads: uploads},
+	}
+	downloads, err := download.New(download.Config{
+		DB: db, Storage: store, Users: usersSvc, Signer: signer, Resolver: downloadRoutes,
+		PublicURL: cfg.PublicURL, LinkTTL: cfg.DownloadLinkTTL, MaxLinkAddrs: cfg.DownloadLinkMaxAddrs,
+		Log: log, Registerer: reg, Now: time.Now,
+	})
+	if err != nil {
+		return err
+	}
+
 	srv := server.New(server.Deps{
 		Log:        log,
 		Users:      usersSvc,
 		Webhooks:   webhooks,
 		Uploads:    uploads,
+		Downloads:  downloads,
 		Gatherer:   reg,
 		Registerer: reg,
 		Ready: []server.ReadyCheck{
