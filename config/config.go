@@ -60,7 +60,8 @@ type Config struct {
 	JobPoll     time.Duration // FERRY_JOB_POLL: fallback poll interval when no wake-up arrives
 	JobAttempts int           // FERRY_JOB_MAX_ATTEMPTS: default attempts before a job is failed
 
-	WebhookRetrySchedule []time.Duration // FERRY_WEBHOOK_RETRY_SCHEDULE
+	WebhookRetrySchedule []time.Duration // FERRY_WEBHOOK_RETRY_SCHEDULE: delay after each failed attempt; the last repeats
+	WebhookMaxAttempts   int             // FERRY_WEBHOOK_MAX_ATTEMPTS: attempts per delivery before it is failed
 	WebhookAllowPrivate  bool            // FERRY_WEBHOOK_ALLOW_PRIVATE
 
 	CORSOrigins     []string      // FERRY_CORS_ORIGINS: extra browser origins besides PublicURL's
@@ -239,6 +240,7 @@ func settings() []setting {
 			c.WebhookRetrySchedule = out
 			return nil
 		}},
+		{"FERRY_WEBHOOK_MAX_ATTEMPTS", "10", intInto(func(c *Config) *int { return &c.WebhookMaxAttempts }, 1, 100)},
 		{"FERRY_WEBHOOK_ALLOW_PRIVATE", "false", boolInto(func(c *Config) *bool { return &c.WebhookAllowPrivate })},
 		{"FERRY_CORS_ORIGINS", "", func(c *Config, v string) error {
 			c.CORSOrigins = nil
@@ -474,6 +476,7 @@ func (c *Config) LogValue() slog.Value {
 		slog.Int("export_shard_size", c.ExportShardSize),
 		slog.String("job_lease", c.JobLease.String()),
 		slog.Any("webhook_retry_schedule", durations(c.WebhookRetrySchedule)),
+		slog.Int("webhook_max_attempts", c.WebhookMaxAttempts),
 		slog.Bool("webhook_allow_private", c.WebhookAllowPrivate),
 		slog.Any("cors_origins", c.CORSOrigins),
 	)

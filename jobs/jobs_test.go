@@ -15,6 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/ferry-io/ferry/internal/testenv"
 	"github.com/ferry-io/ferry/models"
 )
@@ -406,5 +409,27 @@ func TestExponential(t *testing.T) {
 		if got := b(n); got != want {
 			t.Errorf("backoff(%d) = %s, want %s", n, got, want)
 		}
+	}
+}
+
+func TestCollectorReportsBacklog(t *testing.T) {
+	db := testenv.NewDB(t, "sqlite")
+	q := NewQueue(db.DB, time.Now)
+	ctx := context.Background()
+	for i := range 3 {
+		q.Enqueue(ctx, nil, Spec{Kind: "merge", Key: strconv.Itoa(i)})
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(NewCollector(q))
+	n, err := testutil.GatherAndCount(reg, "ferry_jobs")
+	if err != nil || n != 1 {
+		t.Fatalf("series = %d, %v", n, err)
+	}
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP ferry_jobs Jobs in the queue by kind and state (all replicas).
+# TYPE ferry_jobs gauge
+ferry_jobs{kind="merge",state="queued"} 3
+`), "ferry_jobs"); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -9,8 +9,9 @@
 // does.
 //
 // What it offers:
-//   - multipart uploads: create, presign parts (with an optional pinned
-//     Content-MD5), list parts and uploads (every page), complete, abort;
+//   - multipart uploads: create, presign parts one at a time or in batches
+//     (with an optional pinned Content-MD5), list parts and uploads (every
+//     page), complete, abort;
 //   - objects: head, streaming GET, ranged GET, a lazy io.ReadSeeker that
 //     issues ranged GETs only when read, streaming multipart writes with
 //     constant memory, put and delete;

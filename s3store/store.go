@@ -7,6 +7,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -60,6 +62,11 @@ type Store struct {
 	presign *s3.PresignClient
 	bucket  string
 	timeout time.Duration
+
+	// For PresignParts, which re-signs a presigned URL with SigV4 directly.
+	creds  aws.CredentialsProvider
+	region string
+	signer *v4.Signer
 }
 
 // New builds a Store. It does not contact S3; call Bootstrap or Ready for
@@ -109,7 +116,10 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		pub = cfg.Endpoint
 	}
 	public := s3.NewFromConfig(awsCfg, clientOpts(pub))
-	return &Store{api: internal, presign: s3.NewPresignClient(public), bucket: cfg.Bucket, timeout: cfg.Timeout}, nil
+	return &Store{
+		api: internal, presign: s3.NewPresignClient(public), bucket: cfg.Bucket, timeout: cfg.Timeout,
+		creds: awsCfg.Credentials, region: awsCfg.Region, signer: v4.NewSigner(),
+	}, nil
 }
 
 // Bucket is the bucket this store writes to.
@@ -264,6 +274,58 @@ func (s *Store) PresignPart(ctx context.Context, key, uploadID string, part int3
 		return PresignedRequest{}, translate("PresignUploadPart", err)
 	}
 	return toPresigned(req, ttl), nil
+}
+
+// PresignParts signs PUTs for several parts of one upload, in the order
+// given, like PresignPart for each; contentMD5 optionally pins a part's
+// base64 MD5. The SDK presigns the first part; the others are that URL
+// re-signed with their own part number by the SigV4 signer directly, which
+// costs about a fifth of the SDK's full presign pipeline per URL and
+// matters for batches of a thousand.
+func (s *Store) PresignParts(ctx context.Context, key, uploadID string, parts []int32, contentMD5 map[int32]string, ttl time.Duration) ([]PresignedRequest, error) {
+	if len(parts) == 0 {
+		return nil, nil
+	}
+	out := make([]PresignedRequest, len(parts))
+	first, err := s.PresignPart(ctx, key, uploadID, parts[0], contentMD5[parts[0]], ttl)
+	if err != nil {
+		return nil, err
+	}
+	out[0] = first
+	tmpl, err := url.Parse(first.URL)
+	if err != nil {
+		return nil, fmt.Errorf("s3store: presigned URL: %w", err)
+	}
+	q := tmpl.Query()
+	if q.Get("partNumber") == "" || q.Get("X-Amz-Expires") == "" {
+		return nil, fmt.Errorf("s3store: unexpected presigned URL shape")
+	}
+	for _, k := range []string{"X-Amz-Algorithm", "X-Amz-Credential", "X-Amz-Date", "X-Amz-SignedHeaders", "X-Amz-Signature", "X-Amz-Security-Token"} {
+		q.Del(k)
+	}
+	creds, err := s.creds.Retrieve(ctx)
+	if err != nil {
+		return nil, translate("credentials", err)
+	}
+	now := time.Now()
+	for i, n := range parts[1:] {
+		q.Set("partNumber", strconv.Itoa(int(n)))
+		u := *tmpl
+		u.RawQuery = q.Encode()
+		req, err := http.NewRequestWithContext(ctx, http.MethodPut, u.String(), nil)
+		if err != nil {
+			return nil, err
+		}
+		if md5 := contentMD5[n]; md5 != "" {
+			req.Header.Set("Content-MD5", md5)
+		}
+		signed, hdr, err := s.signer.PresignHTTP(ctx, creds, req, "UNSIGNED-PAYLOAD", "s3", s.region, now)
+		if err != nil {
+			return nil, translate("PresignUploadPart", err)
+		}
+		out[i+1] = toPresigned(&v4.PresignedHTTPRequest{URL: signed, Method: http.MethodPut, SignedHeader: hdr}, ttl)
+	}
+	return out, nil
 }
 
 // PresignPut signs a single-request PUT of key against the public endpoint.

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -419,5 +420,65 @@ func TestBootstrapCORS(t *testing.T) {
 	// Bootstrapping again is harmless.
 	if _, err := st.Bootstrap(ctx, s3store.BootstrapOptions{Create: true, CORSOrigins: []string{"http://app.test:8080"}}); err != nil {
 		t.Fatalf("second bootstrap: %v", err)
+	}
+}
+
+// PresignParts signs a batch like PresignPart does one by one: every URL
+// works for its own part only, pinned Content-MD5s are enforced, and the
+// lifetime is kept.
+func TestPresignPartsBatch(t *testing.T) {
+	st := testenv.Store(t)
+	ctx := context.Background()
+	id, err := st.CreateMultipart(ctx, "batch", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := map[int32][]byte{1: randomBytes(5 << 20), 2: randomBytes(5 << 20), 3: randomBytes(1000)}
+	order := []int32{3, 1, 2}
+	reqs, err := st.PresignParts(ctx, "batch", id, order, map[int32]string{2: md5b64(data[2])}, time.Minute)
+	if err != nil || len(reqs) != 3 {
+		t.Fatalf("PresignParts = %d, %v", len(reqs), err)
+	}
+	single, _ := st.PresignPart(ctx, "batch", id, 1, "", time.Minute)
+	want, _ := url.Parse(single.URL)
+	for i, req := range reqs {
+		got, _ := url.Parse(req.URL)
+		if got.Path != want.Path || len(got.Query()) != len(want.Query()) || got.Query().Get("partNumber") != fmt.Sprint(order[i]) {
+			t.Fatalf("URL %d = %s, want the shape of %s", i, req.URL, single.URL)
+		}
+	}
+	if reqs[2].Headers["Content-Md5"] != md5b64(data[2]) {
+		t.Fatalf("headers of the pinned part = %v", reqs[2].Headers)
+	}
+	// Part 1's URL cannot upload part 3.
+	if code, _ := put(t, reqs[1], data[3], nil); code != 200 {
+		t.Fatalf("PUT part 1: %d", code)
+	}
+	corrupt := append([]byte{}, data[2]...)
+	corrupt[7] ^= 1
+	if code, msg := put(t, reqs[2], corrupt, nil); code != 400 || !strings.Contains(msg, "BadDigest") {
+		t.Fatalf("corrupt pinned part: %d %s", code, msg)
+	}
+	for i, n := range order {
+		if code, msg := put(t, reqs[i], data[n], nil); code != 200 {
+			t.Fatalf("PUT part %d: %d %s", n, code, msg)
+		}
+	}
+	parts, err := st.ListParts(ctx, "batch", id)
+	if err != nil || len(parts) != 3 {
+		t.Fatalf("ListParts = %+v %v", parts, err)
+	}
+	for _, p := range parts {
+		if p.Size != int64(len(data[p.Number])) || strings.Trim(p.ETag, `"`) != fmt.Sprintf("%x", md5.Sum(data[p.Number])) {
+			t.Fatalf("part %d holds other bytes: %+v", p.Number, p)
+		}
+	}
+	short, err := st.PresignParts(ctx, "batch", id, []int32{1, 2}, nil, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2100 * time.Millisecond)
+	if code, _ := put(t, short[1], []byte("late"), nil); code != 403 {
+		t.Fatalf("expired derived URL: %d, want 403", code)
 	}
 }

@@ -11,6 +11,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/ferry-io/ferry/errkind"
+	"github.com/ferry-io/ferry/notify"
+	"github.com/ferry-io/ferry/upload"
 	"github.com/ferry-io/ferry/users"
 )
 
@@ -26,6 +28,8 @@ type ReadyCheck struct {
 type Deps struct {
 	Log        *slog.Logger
 	Users      *users.Service
+	Webhooks   *notify.Service // nil: no webhook routes
+	Uploads    *upload.Service // nil leaves the upload and files routes out
 	Gatherer   prometheus.Gatherer
 	Registerer prometheus.Registerer
 	Ready      []ReadyCheck
@@ -77,12 +81,16 @@ func New(d Deps) *Server {
 
 	authed := api.Group("/", requireUser)
 	authed.GET("/me", h(s.me))
+	if d.Uploads != nil {
+		s.routeUploads(authed)
+	}
 
 	admin := api.Group("/admin", requireAdmin)
 	admin.GET("/users", h(s.listUsers))
 	admin.POST("/users", h(s.createUser))
 	admin.POST("/users/:id/deactivate", h(s.setActive(false)))
 	admin.POST("/users/:id/activate", h(s.setActive(true)))
+	s.routeWebhooks(admin)
 	return s
 }
 

@@ -24,10 +24,12 @@ import (
 	"github.com/ferry-io/ferry/config"
 	"github.com/ferry-io/ferry/jobs"
 	"github.com/ferry-io/ferry/models"
+	"github.com/ferry-io/ferry/notify"
 	"github.com/ferry-io/ferry/presign"
 	"github.com/ferry-io/ferry/s3store"
 	"github.com/ferry-io/ferry/s3store/embedded"
 	"github.com/ferry-io/ferry/server"
+	"github.com/ferry-io/ferry/upload"
 	"github.com/ferry-io/ferry/users"
 )
 
@@ -103,7 +105,6 @@ func cmdServe(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	_ = signer // used by the download, upload and export wiring
 
 	store, err := openStore(ctx, cfg, log)
 	if err != nil {
@@ -125,11 +126,29 @@ func cmdServe(args []string, stdout, stderr io.Writer) error {
 	}
 
 	queue := jobs.NewQueue(db, time.Now)
+	reg.MustRegister(jobs.NewCollector(queue))
 	runner := jobs.NewRunner(queue, jobs.RunnerConfig{Lease: cfg.JobLease, Poll: cfg.JobPoll, Log: log, Registerer: reg})
+
+	webhooks := notify.New(db, queue, notify.Options{
+		Schedule: cfg.WebhookRetrySchedule, MaxAttempts: cfg.WebhookMaxAttempts, AllowPrivate: cfg.WebhookAllowPrivate,
+		Poll: cfg.JobPoll, Log: log, Registerer: reg,
+	})
+	webhooks.Register(runner)
+	uploads, err := upload.New(upload.Config{
+		DB: db, Store: store, Queue: queue, Links: signer, Log: log, Registerer: reg,
+		TTL: cfg.UploadTTL, PresignTTL: cfg.PresignTTL, MaxSize: cfg.MaxUploadSize, DefaultPartSize: cfg.DefaultPartSize,
+		LinkTTL: cfg.DownloadLinkTTL, MergeConcurrency: cfg.MergeConcurrency,
+	})
+	if err != nil {
+		return err
+	}
+	uploads.Register(runner)
 
 	srv := server.New(server.Deps{
 		Log:        log,
 		Users:      usersSvc,
+		Webhooks:   webhooks,
+		Uploads:    uploads,
 		Gatherer:   reg,
 		Registerer: reg,
 		Ready: []server.ReadyCheck{
@@ -170,6 +189,11 @@ func cmdServe(args []string, stdout, stderr io.Writer) error {
 		runner.Run(workersCtx, cfg.ShutdownTimeout)
 		close(workersDone)
 	}()
+	dispatchDone := make(chan struct{})
+	go func() {
+		webhooks.RunDispatcher(workersCtx)
+		close(dispatchDone)
+	}()
 	log.Info("ferry listening", "addr", ln.Addr().String(), "public_url", cfg.PublicURL)
 
 	select {
@@ -177,6 +201,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) error {
 	case err := <-serveErr:
 		stopWorkers()
 		<-workersDone
+		<-dispatchDone
 		return fmt.Errorf("http server: %w", err)
 	}
 
@@ -189,6 +214,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) error {
 	stopWorkers()
 	httpErr := httpSrv.Shutdown(shutCtx)
 	<-workersDone
+	<-dispatchDone
 	stopStore()
 	if gw != nil {
 		if err := gw.Wait(); err != nil {

@@ -1,0 +1,175 @@
+package upload
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"gorm.io/gorm"
+
+	"github.com/ferry-io/ferry/jobs"
+	"github.com/ferry-io/ferry/models"
+)
+
+// cleanupBatch bounds the rows one cleanup pass handles per step, so a
+// backlog is worked off over several runs instead of in one huge query.
+const cleanupBatch = 500
+
+// CleanupReport counts what one cleanup pass did.
+type CleanupReport struct {
+	Expired       int // idle uploads expired and aborted in S3
+	Orphans       int // multipart uploads aborted that no live upload owns
+	Challenges    int // expired challenges purged
+	StuckFailures int // merges failed because their job gave up
+}
+
+// Cleanup expires idle uploads, aborts orphan multipart uploads, purges
+// expired challenges and fails merges whose job gave up. Every step is
+// idempotent and conditional, so replicas running it at once, or a pass
+// cut short, do no harm.
+func (s *Service) Cleanup(ctx context.Context) (CleanupReport, error) {
+	var rep CleanupReport
+	var errs []error
+	var err error
+	if rep.Expired, err = s.expireIdle(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	if rep.Orphans, err = s.abortOrphans(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	res := s.db.WithContext(ctx).Where("expires_at < ?", s.nowUTC()).Delete(&models.UploadChallenge{})
+	if res.Error != nil {
+		errs = append(errs, res.Error)
+	}
+	rep.Challenges = int(res.RowsAffected)
+	if rep.StuckFailures, err = s.failStuck(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	if rep != (CleanupReport{}) {
+		s.log.InfoContext(ctx, "upload cleanup", "expired", rep.Expired, "orphans_aborted", rep.Orphans,
+			"challenges_purged", rep.Challenges, "stuck_merges_failed", rep.StuckFailures)
+	}
+	return rep, errors.Join(errs...)
+}
+
+func (s *Service) expireIdle(ctx context.Context) (int, error) {
+	var rows []models.Upload
+	err := s.db.WithContext(ctx).Where("state = ? AND expires_at <= ?", StateUploading, s.nowUTC()).
+		Order("expires_at").Limit(cleanupBatch).Find(&rows).Error
+	if err != nil {
+		return 0, fmt.Errorf("upload: cleanup: %w", err)
+	}
+	for i := range rows {
+		if err := s.expire(ctx, &rows[i]); err != nil {
+			return i, err
+		}
+	}
+	return len(rows), nil
+}
+
+// live states still need their multipart upload.
+var liveStates = map[string]bool{StateUploading: true, StatePending: true, StateMerging: true}
+
+// abortOrphans aborts multipart uploads under uploads/ that no live upload
+// owns: those whose row ended (an abort that failed after the row changed)
+// at once, and those with no row at all (a crash between
+// CreateMultipartUpload and the insert) once they are older than the TTL,
+// so an Init in flight is never hit.
+func (s *Service) abortOrphans(ctx context.Context) (int, error) {
+	ups, err := s.store.ListMultipartUploads(ctx, keyPrefix)
+	if err != nil {
+		return 0, storageError("list multipart uploads", err)
+	}
+	n := 0
+	for start := 0; start < len(ups); start += cleanupBatch {
+		batch := ups[start:min(start+cleanupBatch, len(ups))]
+		ids := make([]string, 0, len(batch))
+		for _, mu := range batch {
+			ids = append(ids, strings.TrimPrefix(mu.Key, keyPrefix))
+		}
+		var rows []models.Upload
+		if err := s.db.WithContext(ctx).Select("id, state, s3_upload_id").Where("id IN ?", ids).Find(&rows).Error; err != nil {
+			return n, fmt.Errorf("upload: cleanup: %w", err)
+		}
+		known := make(map[string]models.Upload, len(rows))
+		for _, r := range rows {
+			known[r.ID] = r
+		}
+		for _, mu := range batch {
+			row, ok := known[strings.TrimPrefix(mu.Key, keyPrefix)]
+			switch {
+			case ok && row.S3UploadID == mu.UploadID && liveStates[row.State]:
+				continue
+			case !ok || row.S3UploadID != mu.UploadID:
+				if s.now().Sub(mu.Initiated) < s.cfg.TTL {
+					continue
+				}
+			}
+			if err := s.store.AbortMultipart(ctx, mu.Key, mu.UploadID); err != nil {
+				return n, storageError("abort orphan", err)
+			}
+			s.log.InfoContext(ctx, "orphan multipart upload aborted", "key", mu.Key, "initiated", mu.Initiated, "row_state", row.State)
+			n++
+		}
+	}
+	return n, nil
+}
+
+// failStuck fails uploads left pending or merging by a merge job that the
+// runner gave up on without the handler recording it (its worker died on
+// the last attempt).
+func (s *Service) failStuck(ctx context.Context) (int, error) {
+	var rows []models.Upload
+	err := s.db.WithContext(ctx).
+		Where("state IN ? AND id IN (?)", []string{StatePending, StateMerging},
+			s.db.Model(&models.Job{}).Select("business_key").Where("kind = ? AND state = ?", KindMerge, jobs.StateFailed)).
+		Limit(cleanupBatch).Find(&rows).Error
+	if err != nil {
+		return 0, fmt.Errorf("upload: cleanup: %w", err)
+	}
+	for i := range rows {
+		if err := s.fail(ctx, nil, &rows[i], "the merge was abandoned after its last attempt"); err != nil {
+			return i, err
+		}
+	}
+	return len(rows), nil
+}
+
+type purgePayload struct {
+	S3UploadID string `json:"s3_upload_id,omitempty"`
+}
+
+// enqueuePurge schedules the deletion of an object (and the abort of its
+// multipart upload, if given) inside tx, so it happens if and only if the
+// state change that made the object garbage commits.
+func (s *Service) enqueuePurge(ctx context.Context, tx *gorm.DB, key, s3UploadID string) error {
+	_, err := s.queue.Enqueue(ctx, tx, jobs.Spec{Kind: KindPurge, Key: key, Payload: purgePayload{S3UploadID: s3UploadID}})
+	return err
+}
+
+// purge deletes an object no blob references any more.
+func (s *Service) purge(ctx context.Context, j *jobs.Job) error {
+	var p purgePayload
+	if err := j.Decode(&p); err != nil {
+		return jobs.Permanent(err)
+	}
+	var refs int64
+	if err := s.db.WithContext(ctx).Model(&models.Blob{}).Where("s3_key = ?", j.Key).Count(&refs).Error; err != nil {
+		return err
+	}
+	if refs > 0 {
+		s.log.WarnContext(ctx, "purge skipped: a blob uses the object", "key", j.Key)
+		return nil
+	}
+	if p.S3UploadID != "" {
+		if err := s.store.AbortMultipart(ctx, j.Key, p.S3UploadID); err != nil {
+			return err
+		}
+	}
+	if err := s.store.Delete(ctx, j.Key); err != nil {
+		return err
+	}
+	s.log.InfoContext(ctx, "object purged", "key", j.Key)
+	return nil
+}

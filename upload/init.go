@@ -1,0 +1,339 @@
+package upload
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/big"
+	"strconv"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/ferry-io/ferry/errkind"
+	"github.com/ferry-io/ferry/models"
+	"github.com/ferry-io/ferry/s3store"
+)
+
+// Proof-of-possession parameters.
+const (
+	challengeRanges   = 3
+	challengeRangeMax = 64 << 10
+)
+
+// Init starts an upload for userID, unless one of the special answers
+// applies first: the caller already owns this content (Instant), has an
+// unfinished upload of it (Resumed), or someone else owns it
+// (ProofRequired). The special answers need the client's sha256.
+func (s *Service) Init(ctx context.Context, userID string, r InitRequest) (InitResult, error) {
+	p, err := s.validate(r)
+	if err != nil {
+		return InitResult{}, err
+	}
+	if p.sha256 != "" {
+		res, ok, err := s.special(ctx, userID, p)
+		if err != nil || ok {
+			return res, err
+		}
+	}
+	return s.create(ctx, userID, p)
+}
+
+func resumeKey(userID, sha string, size int64) string {
+	return userID + "|" + sha + "|" + strconv.FormatInt(size, 10)
+}
+
+// special tries the three special answers in order of what saves the
+// client most: a file right now, then the parts it already sent, then a
+// proof instead of an upload.
+func (s *Service) special(ctx context.Context, userID string, p plan) (InitResult, bool, error) {
+	blob, err := s.blobFor(ctx, p.sha256, p.size)
+	if err != nil {
+		return InitResult{}, false, err
+	}
+	if blob != nil {
+		owns, err := s.owns(ctx, userID, blob.ID)
+		if err != nil {
+			return InitResult{}, false, err
+		}
+		if owns {
+			st, ok, err := s.instant(ctx, userID, blob, p.name, p.contentType)
+			if err != nil || ok {
+				return InitResult{Outcome: Instant, Upload: st}, ok, err
+			}
+			blob = nil // deleted meanwhile: upload it again
+		}
+	}
+	if st, ok, err := s.resume(ctx, userID, p.sha256, p.size); err != nil || ok {
+		return InitResult{Outcome: Resumed, Upload: st}, ok, err
+	}
+	if blob != nil {
+		ch, err := s.challenge(ctx, userID, blob, p.name, p.contentType)
+		if err != nil {
+			return InitResult{}, false, err
+		}
+		return InitResult{Outcome: ProofRequired, Challenge: ch}, true, nil
+	}
+	return InitResult{}, false, nil
+}
+
+// blobFor returns the verified blob with this content, or nil.
+func (s *Service) blobFor(ctx context.Context, sha string, size int64) (*models.Blob, error) {
+	var b models.Blob
+	err := s.db.WithContext(ctx).Where("sha256 = ? AND size = ?", sha, size).Take(&b).Error
+	if errors.Is(err, gorm.ErrRecordNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("upload: find blob: %w", err)
+	}
+	return &b, nil
+}
+
+func (s *Service) owns(ctx context.Context, userID, blobID string) (bool, error) {
+	var n int64
+	err := s.db.WithContext(ctx).Model(&models.File{}).Where("user_id = ? AND blob_id = ?", userID, blobID).Limit(1).Count(&n).Error
+	if err != nil {
+		return false, fmt.Errorf("upload: find file: %w", err)
+	}
+	return n > 0, nil
+}
+
+// resume returns the caller's unfinished upload of this content: one
+// still uploading, with the parts S3 holds, or one whose merge is pending,
+// for the client to poll. An upload past its TTL is expired on the spot, so
+// that its resume key frees up for a new one.
+func (s *Service) resume(ctx context.Context, userID, sha string, size int64) (Status, bool, error) {
+	var u models.Upload
+	err := s.db.WithContext(ctx).Where("resume_key = ?", resumeKey(userID, sha, size)).Take(&u).Error
+	if errors.Is(err, gorm.ErrRecordNotFound) {
+		return Status{}, false, nil
+	}
+	if err != nil {
+		return Status{}, false, fmt.Errorf("upload: find resumable: %w", err)
+	}
+	if s.expired(&u) {
+		return Status{}, false, s.expire(ctx, &u)
+	}
+	st, err := s.status(ctx, &u)
+	if errors.Is(err, errExpired) {
+		return Status{}, false, nil // its multipart upload vanished; start over
+	}
+	if err != nil {
+		return Status{}, false, err
+	}
+	if u.State != StateUploading {
+		return st, true, nil // completed, merge pending: the client polls it
+	}
+	if err := s.touch(ctx, &u); err != nil {
+		return Status{}, false, err
+	}
+	st.ExpiresAt = u.ExpiresAt
+	return st, true, nil
+}
+
+// create starts a multipart upload and records it. The row is written
+// after S3 answers, so a crash in between leaves an orphan multipart upload
+// that cleanup aborts; a failed insert aborts it at once.
+func (s *Service) create(ctx context.Context, userID string, p plan) (InitResult, error) {
+	id := models.NewID("upl")
+	key := keyPrefix + id
+	s3id, err := s.store.CreateMultipart(ctx, key, p.contentType)
+	if err != nil {
+		return InitResult{}, storageError("create multipart upload", err)
+	}
+	now := s.nowUTC()
+	u := models.Upload{
+		ID: id, UserID: userID, FileName: p.name, ContentType: p.contentType, Size: p.size,
+		PartSize: p.partSize, PartCount: p.partCount, S3Key: key, S3UploadID: s3id, State: StateUploading,
+		CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(s.cfg.TTL),
+	}
+	if p.sha256 != "" {
+		u.SHA256 = &p.sha256
+		rk := resumeKey(userID, p.sha256, p.size)
+		u.ResumeKey = &rk
+	}
+	err = s.db.WithContext(ctx).Create(&u).Error
+	if err != nil {
+		s.abortQuietly(ctx, key, s3id)
+		if models.IsDuplicate(err) && p.sha256 != "" {
+			// A concurrent Init of the same content won: resume that one.
+			st, ok, rerr := s.resume(ctx, userID, p.sha256, p.size)
+			if rerr == nil && ok {
+				return InitResult{Outcome: Resumed, Upload: st}, nil
+			}
+			return InitResult{}, errkind.New(errkind.Conflict, "upload_race", "another upload of this content started at the same time; retry")
+		}
+		return InitResult{}, fmt.Errorf("upload: insert: %w", err)
+	}
+	s.metrics.transition(StateUploading)
+	s.log.InfoContext(ctx, "upload created", "upload_id", id, "user_id", userID, "size", p.size, "parts", p.partCount, "part_size", p.partSize)
+	return InitResult{Outcome: Created, Upload: toStatus(&u)}, nil
+}
+
+// abortQuietly aborts a multipart upload on a detached context: the
+// request may have been cancelled, but the upload must still go. A failure
+// is left to the cleanup job.
+func (s *Service) abortQuietly(ctx context.Context, key, s3id string) {
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if err := s.store.AbortMultipart(actx, key, s3id); err != nil {
+		s.log.WarnContext(ctx, "abort multipart upload failed; cleanup will retry", "key", key, "err", err)
+	}
+}
+
+// instant gives the caller a file of blob at once. It reports false when
+// the blob was deleted in the meantime.
+func (s *Service) instant(ctx context.Context, userID string, blob *models.Blob, name, contentType string) (Status, bool, error) {
+	now := s.nowUTC()
+	u := models.Upload{
+		ID: models.NewID("upl"), UserID: userID, FileName: name, ContentType: contentType, Size: blob.Size,
+		SHA256: &blob.SHA256, State: StateSuccess, Instant: true, CreatedAt: now, UpdatedAt: now, ExpiresAt: now, FinishedAt: &now,
+	}
+	ok := false
+	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		res := tx.Model(&models.Blob{}).Where("id = ? AND refs > 0", blob.ID).
+			Updates(map[string]any{"refs": gorm.Expr("refs + 1"), "updated_at": now})
+		if res.Error != nil || res.RowsAffected == 0 {
+			return res.Error
+		}
+		f, err := s.createFile(ctx, tx, &u, blob, now)
+		if err != nil {
+			return err
+		}
+		u.FileID = &f.ID
+		if err := tx.Create(&u).Error; err != nil {
+			return err
+		}
+		ok = true
+		return s.emitCompleted(ctx, tx, &u, f, now)
+	})
+	if err != nil {
+		return Status{}, false, fmt.Errorf("upload: instant: %w", err)
+	}
+	if ok {
+		s.metrics.transition(StateSuccess)
+		s.metrics.instant.Inc()
+		s.log.InfoContext(ctx, "instant upload", "upload_id", u.ID, "user_id", userID, "file_id", *u.FileID, "blob_id", blob.ID)
+	}
+	return toStatus(&u), ok, nil
+}
+
+// challenge picks random ranges of the blob for the caller to hash.
+func (s *Service) challenge(ctx context.Context, userID string, blob *models.Blob, name, contentType string) (*Challenge, error) {
+	ranges := make([]Range, challengeRanges)
+	for i := range ranges {
+		length := min(int64(challengeRangeMax), blob.Size)
+		off, err := rand.Int(rand.Reader, big.NewInt(blob.Size-length+1))
+		if err != nil {
+			return nil, err
+		}
+		ranges[i] = Range{Offset: off.Int64(), Length: length}
+	}
+	rj, _ := json.Marshal(ranges)
+	now := s.nowUTC()
+	row := models.UploadChallenge{
+		ID: models.NewID("chl"), UserID: userID, BlobID: blob.ID, FileName: name, ContentType: contentType,
+		Ranges: string(rj), CreatedAt: now, ExpiresAt: now.Add(s.cfg.ChallengeTTL),
+	}
+	if err := s.db.WithContext(ctx).Create(&row).Error; err != nil {
+		return nil, fmt.Errorf("upload: challenge: %w", err)
+	}
+	s.log.InfoContext(ctx, "proof of possession required", "challenge_id", row.ID, "user_id", userID, "blob_id", blob.ID)
+	return &Challenge{ID: row.ID, Ranges: ranges, ExpiresAt: row.ExpiresAt}, nil
+}
+
+var (
+	errChallengeNotFound = errkind.New(errkind.NotFound, "challenge_not_found", "no such challenge")
+	errProofFailed       = errkind.New(errkind.Forbidden, "proof_failed", "the digests do not match the content; the challenge is used up")
+)
+
+// Prove answers a challenge with the hex SHA-256 of each of its ranges, in
+// order. A right answer gives the caller a file at once; a wrong one is a
+// 403. Either way the challenge is used up.
+func (s *Service) Prove(ctx context.Context, userID, challengeID string, digests []string) (InitResult, error) {
+	var ch models.UploadChallenge
+	err := s.db.WithContext(ctx).Where("id = ? AND user_id = ?", challengeID, userID).Take(&ch).Error
+	if errors.Is(err, gorm.ErrRecordNotFound) {
+		return InitResult{}, errChallengeNotFound
+	}
+	if err != nil {
+		return InitResult{}, fmt.Errorf("upload: load challenge: %w", err)
+	}
+	var ranges []Range
+	if err := json.Unmarshal([]byte(ch.Ranges), &ranges); err != nil {
+		return InitResult{}, fmt.Errorf("upload: challenge %s ranges: %w", ch.ID, err)
+	}
+	if len(digests) != len(ranges) {
+		return InitResult{}, errkind.Invalidf("invalid_digests", "send %d digests, one per range", len(ranges))
+	}
+	for i, d := range digests {
+		if digests[i], err = checkSHA256(d, "digests"); err != nil {
+			return InitResult{}, err
+		}
+	}
+	// Burn the challenge before checking the answer, so each challenge
+	// gets exactly one guess however many requests race.
+	res := s.db.WithContext(ctx).Where("id = ?", ch.ID).Delete(&models.UploadChallenge{})
+	if res.Error != nil {
+		return InitResult{}, fmt.Errorf("upload: burn challenge: %w", res.Error)
+	}
+	if res.RowsAffected == 0 {
+		return InitResult{}, errChallengeNotFound
+	}
+	if !s.now().Before(ch.ExpiresAt) {
+		return InitResult{}, errkind.New(errkind.Gone, "challenge_expired", "the challenge expired; start the upload again")
+	}
+	var blob models.Blob
+	err = s.db.WithContext(ctx).Where("id = ?", ch.BlobID).Take(&blob).Error
+	if errors.Is(err, gorm.ErrRecordNotFound) {
+		return InitResult{}, errkind.New(errkind.Gone, "content_gone", "the content was deleted meanwhile; upload the file")
+	}
+	if err != nil {
+		return InitResult{}, fmt.Errorf("upload: load blob: %w", err)
+	}
+	for i, r := range ranges {
+		want, err := s.rangeDigest(ctx, blob.S3Key, r)
+		if err != nil {
+			return InitResult{}, err
+		}
+		if subtle.ConstantTimeCompare([]byte(want), []byte(digests[i])) != 1 {
+			s.metrics.proofs.WithLabelValues("wrong").Inc()
+			s.log.WarnContext(ctx, "proof of possession failed", "challenge_id", ch.ID, "user_id", userID)
+			return InitResult{}, errProofFailed
+		}
+	}
+	s.metrics.proofs.WithLabelValues("right").Inc()
+	st, ok, err := s.instant(ctx, userID, &blob, ch.FileName, ch.ContentType)
+	if err != nil {
+		return InitResult{}, err
+	}
+	if !ok {
+		return InitResult{}, errkind.New(errkind.Gone, "content_gone", "the content was deleted meanwhile; upload the file")
+	}
+	return InitResult{Outcome: Instant, Upload: st}, nil
+}
+
+// rangeDigest hashes one range of an object with a ranged GET.
+func (s *Service) rangeDigest(ctx context.Context, key string, r Range) (string, error) {
+	body, err := s.store.GetRange(ctx, key, r.Offset, r.Length)
+	if err != nil {
+		return "", storageError("read challenge range", err)
+	}
+	defer body.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, body)
+	if err != nil {
+		return "", storageError("read challenge range", err)
+	}
+	if n != r.Length {
+		return "", fmt.Errorf("upload: range %d+%d of %s returned %d bytes: %w", r.Offset, r.Length, key, n, s3store.ErrInvalidRange)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}

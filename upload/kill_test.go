@@ -1,0 +1,258 @@
+package upload_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ferry-io/ferry/internal/testenv"
+	"github.com/ferry-io/ferry/jobs"
+	"github.com/ferry-io/ferry/models"
+	"github.com/ferry-io/ferry/notify"
+	"github.com/ferry-io/ferry/s3store"
+	"github.com/ferry-io/ferry/upload"
+)
+
+// childEnv is what a worker child process needs to reach the parent's
+// database and bucket.
+func childEnv(t testing.TB, db *testenv.DB, bucket string, extra ...string) []string {
+	srv := testenv.S3(t)
+	return append(append(os.Environ(),
+		"FERRY_UPLOAD_CHILD_DIALECT="+db.Dialect, "FERRY_UPLOAD_CHILD_DSN="+db.DSN, "FERRY_UPLOAD_CHILD_BUCKET="+bucket,
+		"FERRY_TEST_S3_ENDPOINT="+srv.Endpoint, "FERRY_TEST_S3_ACCESS_KEY="+srv.AccessKey, "FERRY_TEST_S3_SECRET_KEY="+srv.SecretKey,
+	), extra...)
+}
+
+// childService builds the child's service from childEnv.
+func childService(t *testing.T, hooks upload.Hooks) (*upload.Service, *jobs.Queue) {
+	t.Helper()
+	db, err := models.Open(context.Background(), os.Getenv("FERRY_UPLOAD_CHILD_DIALECT"), os.Getenv("FERRY_UPLOAD_CHILD_DSN"), testenv.Logger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := testenv.StoreFor(t, testenv.S3(t), os.Getenv("FERRY_UPLOAD_CHILD_BUCKET"))
+	q := jobs.NewQueue(db, time.Now)
+	svc, err := upload.New(upload.Config{DB: db, Store: store, Queue: q, Links: newSigner(t), Log: testenv.Logger(t), Hooks: hooks})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return svc, q
+}
+
+// Done-when 5: a merge worker (a real process) is SIGKILLed after
+// CompleteMultipartUpload, half-way through verification. After its lease
+// lapses another worker takes the job over, finds the multipart upload
+// already completed and the object of the right size, verifies it and
+// records exactly one success, one file and one outbox event.
+func TestMergeWorkerKilledDuringVerification(t *testing.T) {
+	testenv.ForEachDB(t, func(t *testing.T, db *testenv.DB) {
+		e := newEnv(t, db, nil)
+		ctx := context.Background()
+		c := newClient(t, e, "usr_a")
+		data := randomBytes(3*5*mib + 1234)
+		st := c.uploadAll("crash.bin", data, true)
+
+		cmd := exec.Command(os.Args[0], "-test.run=^TestMergeWorkerProcess$", "-test.v")
+		cmd.Env = childEnv(t, db, e.store.Bucket(), "FERRY_UPLOAD_CHILD=kill")
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd.Stderr = os.Stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		seen := make(chan string, 1)
+		go func() {
+			sc := bufio.NewScanner(out)
+			for sc.Scan() {
+				if strings.HasPrefix(sc.Text(), "VERIFYING ") {
+					seen <- sc.Text()
+				}
+			}
+			close(seen)
+		}()
+		select {
+		case line, ok := <-seen:
+			if !ok {
+				t.Fatal("the child exited without starting verification")
+			}
+			t.Logf("child: %s", line)
+		case <-time.After(60 * time.Second):
+			t.Fatal("the child did not reach verification")
+		}
+		err = cmd.Wait()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+			t.Fatalf("child exit: %v, want death by SIGKILL", err)
+		}
+
+		// The crash left: the upload merging, its job owned by the dead
+		// child, the multipart upload completed, nothing recorded.
+		u := e.upload(st.UploadID)
+		j, _ := e.queue.Get(ctx, upload.KindMerge, st.UploadID)
+		if u.State != upload.StateMerging || j.State != jobs.StateRunning || j.LeaseOwner == nil || *j.LeaseOwner != "child" {
+			t.Fatalf("after the kill: upload %s, job %s owned by %v", u.State, j.State, j.LeaseOwner)
+		}
+		if _, err := e.store.ListParts(ctx, u.S3Key, u.S3UploadID); !errors.Is(err, s3store.ErrNoSuchUpload) {
+			t.Fatalf("ListParts after the kill: %v, want NoSuchUpload (completed)", err)
+		}
+		if info, err := e.store.Head(ctx, u.S3Key); err != nil || info.Size != int64(len(data)) {
+			t.Fatalf("object after the kill: %+v %v", info, err)
+		}
+		if e.count("files", "1 = 1")+e.count("outbox", "1 = 1")+e.count("blobs", "1 = 1") != 0 {
+			t.Fatal("the dead worker recorded something")
+		}
+
+		start := time.Now()
+		e.run(t, 2*time.Second)
+		done := e.waitDone("usr_a", st.UploadID, 60*time.Second)
+		t.Logf("finished by the survivor %.1fs after it started (lease 2s)", time.Since(start).Seconds())
+		if done.State != upload.StateSuccess || done.SHA256 != sha(data) {
+			t.Fatalf("final = %+v", done)
+		}
+		time.Sleep(300 * time.Millisecond) // room for a wrong second outcome
+		if n := e.count("uploads", "id = ? AND state = ?", st.UploadID, upload.StateSuccess); n != 1 {
+			t.Fatalf("success rows = %d", n)
+		}
+		if n := e.count("files", "upload_id = ?", st.UploadID); n != 1 {
+			t.Fatalf("files = %d, want 1", n)
+		}
+		if n := e.count("outbox", "subject = ?", st.UploadID); n != 1 {
+			t.Fatalf("outbox rows = %d, want 1", n)
+		}
+		if n := e.count("outbox", "subject = ? AND type = ?", st.UploadID, notify.UploadCompleted); n != 1 {
+			t.Fatalf("upload.completed rows = %d, want 1", n)
+		}
+		if n := e.count("blobs", "refs = 1"); n != 1 {
+			t.Fatalf("blobs = %d, want 1", n)
+		}
+		j, _ = e.queue.Get(ctx, upload.KindMerge, st.UploadID)
+		if j.State != jobs.StateDone || j.Attempts != 2 {
+			t.Fatalf("job %s after %d attempts, want done after 2", j.State, j.Attempts)
+		}
+	})
+}
+
+// TestMergeWorkerProcess is the child of the kill test: it runs merge
+// workers with a hook that SIGKILLs the process once verification has
+// read its first chunk.
+func TestMergeWorkerProcess(t *testing.T) {
+	if os.Getenv("FERRY_UPLOAD_CHILD") != "kill" {
+		t.Skip("helper process for TestMergeWorkerKilledDuringVerification")
+	}
+	var once atomic.Bool
+	svc, q := childService(t, upload.Hooks{VerifyProgress: func(id string, read int64) {
+		if once.CompareAndSwap(false, true) {
+			fmt.Printf("VERIFYING %s %d\n", id, read)
+			os.Stdout.Sync()
+			syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		}
+	}})
+	r := jobs.NewRunner(q, jobs.RunnerConfig{Lease: 2 * time.Second, Poll: 50 * time.Millisecond, Owner: "child", Log: testenv.Logger(t)})
+	svc.Register(r)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	r.Run(ctx, time.Second)
+	t.Fatal("the hook never fired")
+}
+
+// A verification longer than the lease stays with its worker: the runner
+// heartbeats the lease while the object streams, so a second worker never
+// takes the job over and the merge runs once.
+func TestLongVerificationKeepsItsLease(t *testing.T) {
+	testenv.ForEachDB(t, func(t *testing.T, db *testenv.DB) {
+		var chunks atomic.Int32
+		e := newEnv(t, db, func(c *upload.Config) {
+			c.Hooks.VerifyProgress = func(string, int64) {
+				chunks.Add(1)
+				time.Sleep(150 * time.Millisecond) // 11 chunks: about three leases
+			}
+		})
+		c := newClient(t, e, "usr_a")
+		data := randomBytes(2*5*mib + 1)
+		st := c.uploadAll("slow.bin", data, true)
+		e.run(t, 600*time.Millisecond)
+		e.run(t, 600*time.Millisecond) // a second worker, waiting for a lapse
+		done := e.waitDone("usr_a", st.UploadID, 60*time.Second)
+		if done.State != upload.StateSuccess {
+			t.Fatalf("final = %+v", done)
+		}
+		j, _ := e.queue.Get(context.Background(), upload.KindMerge, st.UploadID)
+		if j.Attempts != 1 || chunks.Load() != 11 {
+			t.Fatalf("attempts = %d, chunks verified = %d; want 1 and 11", j.Attempts, chunks.Load())
+		}
+	})
+}
+
+// Transient storage errors retry with backoff: a worker whose S3 is
+// unreachable leaves the job queued with the error recorded, and a worker
+// that reaches S3 finishes it. Out of attempts, the upload fails with the
+// reason and an event.
+func TestTransientStorageErrorsRetry(t *testing.T) {
+	testenv.ForEachDB(t, func(t *testing.T, db *testenv.DB) {
+		e := newEnv(t, db, nil)
+		ctx := context.Background()
+		down, err := s3store.New(ctx, s3store.Config{Endpoint: "http://127.0.0.1:1", Region: "us-east-1", Bucket: e.store.Bucket(),
+			AccessKey: "a", SecretKey: "b", PathStyle: true, Timeout: 2 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		broken := func(attempts int) *env {
+			return newEnv(t, db, func(c *upload.Config) {
+				c.Store, c.Queue, c.MergeAttempts = down, e.queue, attempts
+				c.MergeBackoff = func(int) time.Duration { return 50 * time.Millisecond }
+			})
+		}
+		c := newClient(t, e, "usr_a")
+
+		st := c.uploadAll("retry.bin", randomBytes(1000), true)
+		t.Run("unreachable", func(t *testing.T) {
+			broken(100).run(t, 5*time.Second)
+			deadline := time.Now().Add(30 * time.Second)
+			for {
+				j, _ := e.queue.Get(ctx, upload.KindMerge, st.UploadID)
+				if j.Attempts >= 2 && j.LastError != nil {
+					if !strings.Contains(*j.LastError, "unreachable") {
+						t.Fatalf("last error = %q", *j.LastError)
+					}
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("job %+v did not retry", j)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		})
+		if u := e.upload(st.UploadID); u.State != upload.StateMerging {
+			t.Fatalf("after storage errors the upload is %s, want still merging", u.State)
+		}
+		t.Run("reachable", func(t *testing.T) {
+			e.run(t, 5*time.Second)
+			if done := e.waitDone("usr_a", st.UploadID, 30*time.Second); done.State != upload.StateSuccess {
+				t.Fatalf("final = %+v", done)
+			}
+		})
+
+		gaveUp := c.uploadAll("never.bin", randomBytes(1000), true)
+		t.Run("out of attempts", func(t *testing.T) {
+			broken(2).run(t, 5*time.Second)
+			done := e.waitDone("usr_a", gaveUp.UploadID, 30*time.Second)
+			if done.State != upload.StateFailed || !strings.Contains(done.Error, "gave up after 2 attempts") {
+				t.Fatalf("final = %s %q", done.State, done.Error)
+			}
+		})
+		if n := e.count("outbox", "type = ? AND subject = ?", notify.UploadFailed, gaveUp.UploadID); n != 1 {
+			t.Fatalf("upload.failed events = %d", n)
+		}
+	})
+}
