@@ -39,7 +39,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 		args = []string{"help"}
 	}
 	var err error
+	code := -1
 	switch args[0] {
+	case "upload":
+		code, err = cmdUpload(args[1:], stdout, stderr)
+	case "download":
+		code, err = cmdDownload(args[1:], stdout, stderr)
+	case "export":
+		code, err = cmdExport(args[1:], stdout, stderr)
 	case "serve":
 		err = cmdServe(args[1:], stdout, stderr)
 	case "migrate":
@@ -59,6 +66,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	// One line, always: operators grep for it and supervisors show the
 	// last line.
 	fmt.Fprintln(stderr, "ferry: "+oneLine(err.Error()))
+	if code >= 0 {
+		return code
+	}
 	var ue usageError
 	if errors.As(err, &ue) {
 		return exitUsage
@@ -74,6 +84,15 @@ Usage:
   ferry user create NAME [--admin]
                                   create a user and print its API token
   ferry version                   print the version
+
+Client commands (server and token from --server/--token or FERRY_URL/FERRY_TOKEN):
+  ferry upload FILE...            upload files (resumes an interrupted upload of the same content)
+  ferry download URL -o FILE      download a ferry link, resuming a partial FILE
+  ferry export --scope all -o FILE
+                                  export your chat history and download it
+
+Client exit codes: 0 ok, 1 other failure, 2 usage, 3 credentials or link refused,
+4 not found or gone, 5 refused or failed, 6 network or server unavailable, 130 interrupted.
 
 Configuration comes from FERRY_* environment variables (see .env.example).
 With none set, ferry keeps a SQLite database and an embedded S3 server
