@@ -10,7 +10,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/ferry-io/ferry/chat"
 	"github.com/ferry-io/ferry/errkind"
+	"github.com/ferry-io/ferry/export"
 	"github.com/ferry-io/ferry/users"
 )
 
@@ -26,6 +28,8 @@ type ReadyCheck struct {
 type Deps struct {
 	Log        *slog.Logger
 	Users      *users.Service
+	Chat       *chat.Service
+	Exports    *export.Service
 	Gatherer   prometheus.Gatherer
 	Registerer prometheus.Registerer
 	Ready      []ReadyCheck
@@ -83,6 +87,8 @@ func New(d Deps) *Server {
 	admin.POST("/users", h(s.createUser))
 	admin.POST("/users/:id/deactivate", h(s.setActive(false)))
 	admin.POST("/users/:id/activate", h(s.setActive(true)))
+	s.routeChat(authed)
+	s.routeExports(authed, admin)
 	return s
 }
 

@@ -21,7 +21,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"gorm.io/gorm"
 
+	"github.com/ferry-io/ferry/chat"
 	"github.com/ferry-io/ferry/config"
+	"github.com/ferry-io/ferry/export"
 	"github.com/ferry-io/ferry/jobs"
 	"github.com/ferry-io/ferry/models"
 	"github.com/ferry-io/ferry/presign"
@@ -127,9 +129,19 @@ func cmdServe(args []string, stdout, stderr io.Writer) error {
 	queue := jobs.NewQueue(db, time.Now)
 	runner := jobs.NewRunner(queue, jobs.RunnerConfig{Lease: cfg.JobLease, Poll: cfg.JobPoll, Log: log, Registerer: reg})
 
+	chatSvc := chat.New(db, noFiles{}, chat.Options{})
+	exports := export.New(db, store, queue, signer, export.Options{
+		ShardSize: cfg.ExportShardSize, Retention: cfg.ExportRetention, DeleteShards: cfg.ExportDeleteShards,
+		Concurrency: cfg.ExportConcurrency, MaxAttempts: cfg.JobAttempts, LinkTTL: cfg.DownloadLinkTTL,
+		PublicURL: cfg.PublicURL, Log: log, Registerer: reg,
+	})
+	exports.Register(runner)
+
 	srv := server.New(server.Deps{
 		Log:        log,
 		Users:      usersSvc,
+		Chat:       chatSvc,
+		Exports:    exports,
 		Gatherer:   reg,
 		Registerer: reg,
 		Ready: []server.ReadyCheck{
