@@ -106,8 +106,10 @@ func (sd *seeder) createConversations(ctx context.Context) error {
 	for i := range sd.o.Conversations {
 		c := &seedConv{id: models.NewID("cnv"), weight: 1 / float64(i+1), former: map[string]bool{}}
 		c.members = append(c.members, sd.o.Users[0])
-		// Two to five founding members besides the first user.
-		for _, k := range sd.rng.Perm(len(sd.o.Users) - 1)[:min(len(sd.o.Users)-1, 2+sd.rng.IntN(4))] {
+		// Founding members besides the first user: up to half the others,
+		// so there is someone left to join later.
+		others := len(sd.o.Users) - 1
+		for _, k := range sd.rng.Perm(others)[:1+sd.rng.IntN(max(1, others/2))] {
 			c.members = append(c.members, sd.o.Users[k+1])
 		}
 		sd.convs = append(sd.convs, c)
@@ -160,44 +162,39 @@ func (sd *seeder) batch(ctx context.Context, messages int) error {
 			seqs[l.ID] = l.LastSeq
 		}
 		now := models.Time(sd.o.Now())
-		var msgRows, joinRows, recallRows [][]any
+		var msgRows, recallRows [][]any
 		msgSeq := make([]int64, len(events))
-		type leave struct {
-			conv, user string
-			gseq       int64
-		}
-		var leaves []leave
 		for i, e := range events {
 			g := first + int64(i)
+			var err error
 			switch e.kind {
 			case 'm':
 				seqs[e.conv.id]++
 				msgSeq[i] = seqs[e.conv.id]
 				sd.clock = sd.clock.Add(time.Second)
 				msgRows = append(msgRows, []any{e.conv.id, msgSeq[i], g, e.user, e.body, sd.clock})
-			case 'j':
-				joinRows = append(joinRows, []any{e.conv.id, e.user, g, e.conv.members[0], now})
-			case 'l':
-				leaves = append(leaves, leave{e.conv.id, e.user, g})
 			case 'r':
 				recallRows = append(recallRows, []any{e.conv.id, msgSeq[e.msgIdx], g, e.user, now})
+			case 'j':
+				// Membership changes are rare and depend on each other
+				// (a leave closes the interval a join opened), so they go
+				// one statement each, in order.
+				err = tx.Exec("INSERT INTO memberships (conversation_id, user_id, join_gseq, added_by, created_at) VALUES (?, ?, ?, ?, ?)",
+					e.conv.id, e.user, g, e.conv.members[0], now).Error
+			case 'l':
+				err = tx.Exec("UPDATE memberships SET leave_gseq = ? WHERE conversation_id = ? AND user_id = ? AND leave_gseq IS NULL",
+					g, e.conv.id, e.user).Error
+			}
+			if err != nil {
+				return fmt.Errorf("chat: seed membership: %w", err)
 			}
 		}
 		sd.rep.LastGseq = first + int64(len(events)) - 1
 		if err := insertRows(tx, "messages", "conversation_id, seq, gseq, sender_id, body, sent_at", msgRows); err != nil {
 			return err
 		}
-		if err := insertRows(tx, "memberships", "conversation_id, user_id, join_gseq, added_by, created_at", joinRows); err != nil {
-			return err
-		}
 		if err := insertRows(tx, "recalls", "conversation_id, seq, recall_gseq, recalled_by, recalled_at", recallRows); err != nil {
 			return err
-		}
-		for _, l := range leaves {
-			if err := tx.Exec("UPDATE memberships SET leave_gseq = ? WHERE conversation_id = ? AND user_id = ? AND leave_gseq IS NULL",
-				l.gseq, l.conv, l.user).Error; err != nil {
-				return err
-			}
 		}
 		for id, seq := range seqs {
 			if err := tx.Exec("UPDATE conversations SET last_seq = ? WHERE id = ?", seq, id).Error; err != nil {
@@ -212,9 +209,9 @@ func (sd *seeder) batch(ctx context.Context, messages int) error {
 // membership to match.
 func (sd *seeder) plan(messages int) []seedEvent {
 	var events []seedEvent
-	// Membership churn: about three changes per conversation over the
+	// Membership churn: about six changes per conversation over the
 	// whole data set, so leaves and re-joins land inside the history.
-	churn := max(1, sd.o.Messages/(3*len(sd.convs)))
+	churn := max(1, sd.o.Messages/(6*len(sd.convs)))
 	for range messages {
 		if sd.rng.IntN(churn) == 0 {
 			if e, ok := sd.churn(); ok {
@@ -233,34 +230,35 @@ func (sd *seeder) plan(messages int) []seedEvent {
 	return events
 }
 
-// churn makes a member leave, a former member come back, or a new user
-// join. The first user and the founder never leave, so every conversation
-// keeps a member who can post.
+// churn makes a member leave, or a former member come back, or a new
+// user join. The first user and the founder never leave, so every
+// conversation keeps a member who can post.
 func (sd *seeder) churn() (seedEvent, bool) {
 	c := sd.pickConv()
-	switch sd.rng.IntN(3) {
-	case 0: // leave
-		if len(c.members) <= 2 {
-			return seedEvent{}, false
+	leave := sd.rng.IntN(2) == 0
+	for range 2 {
+		if leave && len(c.members) > 2 {
+			i := 2 + sd.rng.IntN(len(c.members)-2)
+			u := c.members[i]
+			c.members = append(c.members[:i], c.members[i+1:]...)
+			c.former[u] = true
+			sd.rep.Leaves++
+			return seedEvent{kind: 'l', conv: c, user: u}, true
 		}
-		i := 2 + sd.rng.IntN(len(c.members)-2)
-		u := c.members[i]
-		c.members = append(c.members[:i], c.members[i+1:]...)
-		c.former[u] = true
-		sd.rep.Leaves++
-		return seedEvent{kind: 'l', conv: c, user: u}, true
-	default: // come back, or someone new joins
-		for _, k := range sd.rng.Perm(len(sd.o.Users)) {
-			u := sd.o.Users[k]
-			if !contains(c.members, u) {
-				delete(c.former, u)
-				c.members = append(c.members, u)
-				sd.rep.Joins++
-				return seedEvent{kind: 'j', conv: c, user: u}, true
+		if !leave {
+			for _, k := range sd.rng.Perm(len(sd.o.Users)) {
+				u := sd.o.Users[k]
+				if !contains(c.members, u) {
+					delete(c.former, u)
+					c.members = append(c.members, u)
+					sd.rep.Joins++
+					return seedEvent{kind: 'j', conv: c, user: u}, true
+				}
 			}
 		}
-		return seedEvent{}, false
+		leave = !leave // nobody to remove, or nobody to add: do the other
 	}
+	return seedEvent{}, false
 }
 
 func (sd *seeder) pickConv() *seedConv {
