@@ -70,20 +70,21 @@ type Signer interface {
 	Sign(path, resource, user string, ttl time.Duration) url.Values
 }
 
-// Hooks let tests stop or disturb a run at exact points. All are optional.
+// Hooks let tests stop or disturb a run at exact points. All are optional;
+// each gets the export's id.
 type Hooks struct {
 	// AfterShard runs after shard n is stored or verified. An error ends
 	// the run there as a retryable failure.
-	AfterShard func(n int) error
+	AfterShard func(id string, n int) error
 	// ShardWritten runs right after shard n's object was put (a write, as
 	// opposed to a verified skip).
-	ShardWritten func(n int)
+	ShardWritten func(id string, n int)
 	// Assembled runs after shard n has been streamed into the artifact.
 	// An error ends the run there.
-	Assembled func(n int) error
+	Assembled func(id string, n int) error
 	// MutateShard, when set, replaces a freshly generated shard's bytes
 	// before they are hashed: a forced non-deterministic generator.
-	MutateShard func(n int, b []byte) []byte
+	MutateShard func(id string, n int, b []byte) []byte
 }
 
 // Options configure a Service. Zero values take the defaults noted.

@@ -127,7 +127,7 @@ func (s *Service) run(ctx context.Context, j *jobs.Job, e models.Export, st *run
 			st.skipped++
 		}
 		if h := s.opts.Hooks.AfterShard; h != nil {
-			return h(sh.N)
+			return h(e.ID, sh.N)
 		}
 		return nil
 	})
@@ -311,7 +311,7 @@ func (s *Service) ensureShard(ctx context.Context, gen *generator, e models.Expo
 		return "", err
 	}
 	if h := s.opts.Hooks.ShardWritten; h != nil {
-		h(sh.N)
+		h(e.ID, sh.N)
 	}
 	return result, nil
 }
@@ -403,7 +403,7 @@ func (g *generator) shard(ctx context.Context, sh models.ExportShard) ([]byte, e
 	}
 	b := buf.Bytes()
 	if h := g.s.opts.Hooks.MutateShard; h != nil {
-		b = h(sh.N, b)
+		b = h(g.e.ID, sh.N, b)
 	}
 	return b, nil
 }
@@ -453,7 +453,7 @@ func (s *Service) assemble(ctx context.Context, e models.Export, count int) (str
 		}
 		seen++
 		if h := s.opts.Hooks.Assembled; h != nil {
-			return h(sh.N)
+			return h(e.ID, sh.N)
 		}
 		return nil
 	})
