@@ -10,22 +10,11 @@ import (
 
 	"github.com/ferry-io/ferry/chat"
 	"github.com/ferry-io/ferry/errkind"
+	"github.com/ferry-io/ferry/internal/chattest"
 	"github.com/ferry-io/ferry/internal/testenv"
 	"github.com/ferry-io/ferry/models"
 	"github.com/ferry-io/ferry/users"
 )
-
-// testFiles owns a fixed set of file ids: file id → owner.
-type testFiles map[string]string
-
-func (f testFiles) Owned(_ context.Context, userID string, ids []string) error {
-	for _, id := range ids {
-		if f[id] != userID {
-			return errkind.New(errkind.NotFound, "file_not_found", "no such file: %s", id)
-		}
-	}
-	return nil
-}
 
 type fixture struct {
 	svc   *chat.Service
@@ -79,7 +68,7 @@ func bodies(ms []chat.Message) []string {
 // nothing, and only current members post.
 func TestMembershipIntervals(t *testing.T) {
 	testenv.ForEachDB(t, func(t *testing.T, db *testenv.DB) {
-		f := newFixture(t, db, testFiles{})
+		f := newFixture(t, db, chattest.Files{})
 		ctx := context.Background()
 		alice, bob, carol := f.user(t, "alice", false), f.user(t, "bob", false), f.user(t, "carol", false)
 		root := f.user(t, "root", true)
@@ -168,7 +157,7 @@ func TestRecallAndAttachments(t *testing.T) {
 		f := newFixture(t, db, nil)
 		alice, bob := f.user(t, "alice", false), f.user(t, "bob", false)
 		root, carol := f.user(t, "root", true), f.user(t, "carol", false)
-		f.svc = chat.New(db.DB, testFiles{"fil_a1": alice.ID, "fil_a2": alice.ID, "fil_b1": bob.ID}, chat.Options{})
+		f.svc = chat.New(db.DB, chattest.Files{"fil_a1": alice.ID, "fil_a2": alice.ID, "fil_b1": bob.ID}, chat.Options{})
 		ctx := context.Background()
 		conv := must[chat.Conversation](t)(f.svc.CreateConversation(ctx, alice, "files"))
 		must[int64](t)(f.svc.AddMember(ctx, alice, conv.ID, bob.ID))
@@ -216,7 +205,7 @@ func TestRecallAndAttachments(t *testing.T) {
 
 func TestBadInput(t *testing.T) {
 	testenv.ForEachDB(t, func(t *testing.T, db *testenv.DB) {
-		f := newFixture(t, db, testFiles{})
+		f := newFixture(t, db, chattest.Files{})
 		ctx := context.Background()
 		alice := f.user(t, "alice", false)
 		conv := must[chat.Conversation](t)(f.svc.CreateConversation(ctx, alice, "x"))
@@ -266,7 +255,7 @@ func TestBadInput(t *testing.T) {
 // sent by a member at the time.
 func TestSeed(t *testing.T) {
 	testenv.ForEachDB(t, func(t *testing.T, db *testenv.DB) {
-		f := newFixture(t, db, testFiles{})
+		f := newFixture(t, db, chattest.Files{})
 		ctx := context.Background()
 		var ids []string
 		for i := range 5 {

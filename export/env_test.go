@@ -17,7 +17,7 @@ import (
 	"github.com/minio/minio-go/v7/pkg/credentials"
 
 	"github.com/ferry-io/ferry/chat"
-	"github.com/ferry-io/ferry/errkind"
+	"github.com/ferry-io/ferry/internal/chattest"
 	"github.com/ferry-io/ferry/internal/testenv"
 	"github.com/ferry-io/ferry/jobs"
 	"github.com/ferry-io/ferry/models"
@@ -29,18 +29,6 @@ import (
 var _ Storage = (*s3store.Store)(nil)
 var _ Signer = (*presign.Signer)(nil)
 
-// testFiles owns a fixed set of file ids: file id → owner.
-type testFiles map[string]string
-
-func (f testFiles) Owned(_ context.Context, userID string, ids []string) error {
-	for _, id := range ids {
-		if f[id] != userID {
-			return errkind.New(errkind.NotFound, "file_not_found", "no such file: %s", id)
-		}
-	}
-	return nil
-}
-
 // env is an export service on a real database and a real S3 bucket.
 type env struct {
 	t     *testing.T
@@ -50,7 +38,7 @@ type env struct {
 	svc   *Service
 	chat  *chat.Service
 	users *users.Service
-	files testFiles
+	files chattest.Files
 }
 
 var testSigner, _ = presign.NewSigner([]presign.Key{{ID: "t1", Secret: []byte("0123456789abcdef0123456789abcdef")}}, time.Now)
@@ -68,7 +56,7 @@ func newEnv(t *testing.T, db *testenv.DB, store *s3store.Store, o Options) *env 
 	}
 	o.Log = testenv.Logger(t)
 	q := jobs.NewQueue(db.DB, time.Now)
-	files := testFiles{}
+	files := chattest.Files{}
 	return &env{
 		t: t, db: db, store: store, queue: q, files: files,
 		svc:   New(db.DB, store, q, testSigner, o),
