@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/url"
 	"sort"
+	"sync"
 	"testing"
 	"time"
 
@@ -65,15 +66,19 @@ func newEnv(t *testing.T, db *testenv.DB, store *s3store.Store, o Options) *env 
 	}
 }
 
-// start runs a job runner with the export handlers until the test ends.
-func (e *env) start() {
+// start runs a job runner with the export handlers until the test ends
+// or the returned stop is called.
+func (e *env) start() (stop func()) {
 	e.t.Helper()
 	r := jobs.NewRunner(e.queue, jobs.RunnerConfig{Lease: 10 * time.Second, Poll: 20 * time.Millisecond, Owner: "test", Log: testenv.Logger(e.t)})
 	e.svc.Register(r)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { r.Run(ctx, 5*time.Second); close(done) }()
-	e.t.Cleanup(func() { cancel(); <-done })
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); <-done }) }
+	e.t.Cleanup(stop)
+	return stop
 }
 
 func (e *env) user(name string, admin bool) chat.Actor {
