@@ -110,28 +110,7 @@ func (s *Service) run(ctx context.Context, j *jobs.Job, e models.Export, st *run
 	if err != nil {
 		return fmt.Errorf("plan: %w", err)
 	}
-	gen := &generator{s: s, e: e}
-	err = s.eachShard(ctx, e.ID, func(sh models.ExportShard) error {
-		result, err := s.ensureShard(ctx, gen, e, sh)
-		if err != nil {
-			return err
-		}
-		s.metrics.shards.WithLabelValues(result).Inc()
-		switch result {
-		case "written":
-			st.written++
-		case "rewritten":
-			st.rewritten++
-			log.WarnContext(ctx, "export shard rewritten", "shard", sh.N)
-		default:
-			st.skipped++
-		}
-		if h := s.opts.Hooks.AfterShard; h != nil {
-			return h(e.ID, sh.N)
-		}
-		return nil
-	})
-	if err != nil {
+	if err := s.writeShards(ctx, e, st, log); err != nil {
 		return err
 	}
 	sum, size, err := s.assemble(ctx, e, count)
@@ -262,76 +241,180 @@ func (s *Service) eachShard(ctx context.Context, id string, fn func(models.Expor
 	}
 }
 
-// ensureShard makes shard sh's object exist with its recorded bytes. It
-// answers "skipped" (verified as is), "written" (first write) or
-// "rewritten" (missing or altered, regenerated to the recorded bytes).
-func (s *Service) ensureShard(ctx context.Context, gen *generator, e models.Export, sh models.ExportShard) (string, error) {
-	key := shardKey(e.ID, sh.N)
-	if sh.SHA256 != nil {
-		ok, err := s.verify(ctx, key, *sh.SHA256)
-		if err != nil {
-			return "", err
+// Shard results, as counted in metrics and logs.
+const (
+	shardSkipped   = "skipped"   // verified in the bucket as recorded
+	shardWritten   = "written"   // put for the first time, or after it went missing
+	shardRewritten = "rewritten" // found altered in the bucket and put again
+)
+
+// Window bounds: shards are prepared a window at a time so their hashes
+// are recorded in one transaction, and memory stays bounded by the bytes
+// limit whatever the shard size.
+const (
+	windowShards = 32
+	windowBytes  = 4 << 20
+)
+
+// pendingShard is a shard of the current window on its way to the bucket.
+type pendingShard struct {
+	sh     models.ExportShard
+	result string
+	data   []byte // nil when skipped
+	sum    string
+	record bool // sum is new: record it before the put
+}
+
+// writeShards makes every shard of the plan exist in the bucket with its
+// recorded bytes, in plan order.
+func (s *Service) writeShards(ctx context.Context, e models.Export, st *runStats, log *slog.Logger) error {
+	gen := &generator{s: s, e: e}
+	var window []pendingShard
+	buffered := 0
+	flush := func() error {
+		if err := s.record(ctx, e.ID, window); err != nil {
+			return err
 		}
-		if ok {
-			return "skipped", nil
+		for _, p := range window {
+			if p.data != nil {
+				if err := s.store.Put(ctx, shardKey(e.ID, p.sh.N), bytes.NewReader(p.data), int64(len(p.data)), "application/x-ndjson"); err != nil {
+					return err
+				}
+				if h := s.opts.Hooks.ShardWritten; h != nil {
+					h(e.ID, p.sh.N)
+				}
+			}
+			s.metrics.shards.WithLabelValues(p.result).Inc()
+			switch p.result {
+			case shardWritten:
+				st.written++
+			case shardRewritten:
+				st.rewritten++
+				log.WarnContext(ctx, "export shard rewritten", "shard", p.sh.N)
+			default:
+				st.skipped++
+			}
+			if h := s.opts.Hooks.AfterShard; h != nil {
+				if err := h(e.ID, p.sh.N); err != nil {
+					return err
+				}
+			}
+		}
+		window, buffered = window[:0], 0
+		return nil
+	}
+	err := s.eachShard(ctx, e.ID, func(sh models.ExportShard) error {
+		p, err := s.prepare(ctx, gen, e, sh)
+		if err != nil {
+			return err
+		}
+		window = append(window, p)
+		buffered += len(p.data)
+		if len(window) >= windowShards || buffered >= windowBytes {
+			return flush()
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return flush()
+}
+
+// prepare verifies a recorded shard against its object, and otherwise
+// renders it. A shard that renders to other bytes than recorded is a
+// NondeterministicError.
+func (s *Service) prepare(ctx context.Context, gen *generator, e models.Export, sh models.ExportShard) (pendingShard, error) {
+	p := pendingShard{sh: sh, result: shardWritten}
+	if sh.SHA256 != nil {
+		state, err := s.verify(ctx, shardKey(e.ID, sh.N), *sh.SHA256)
+		if err != nil {
+			return p, err
+		}
+		switch state {
+		case objectVerified:
+			p.result = shardSkipped
+			return p, nil
+		case objectAltered:
+			p.result = shardRewritten
 		}
 	}
 	b, err := gen.shard(ctx, sh)
 	if err != nil {
-		return "", err
+		return p, err
 	}
 	sum := sha256.Sum256(b)
-	got := hex.EncodeToString(sum[:])
-	result := "rewritten"
-	if sh.SHA256 == nil {
-		// Record first, write second: a crash in between leaves a record
-		// whose object is missing, which the next run regenerates and
-		// compares, so every write is checked against one recorded hash.
-		res := s.db.WithContext(ctx).Model(&models.ExportShard{}).
-			Where("export_id = ? AND n = ? AND sha256 IS NULL", e.ID, sh.N).
-			Updates(map[string]any{"sha256": got, "bytes": len(b)})
-		if res.Error != nil {
-			return "", res.Error
-		}
-		if res.RowsAffected == 0 {
-			// A stale worker recorded it meanwhile: compare with that.
-			var rec models.ExportShard
-			if err := s.db.WithContext(ctx).Where("export_id = ? AND n = ?", e.ID, sh.N).Take(&rec).Error; err != nil {
-				return "", err
-			}
-			sh.SHA256 = rec.SHA256
-		} else {
-			result = "written"
-		}
+	p.data, p.sum = b, hex.EncodeToString(sum[:])
+	if sh.SHA256 != nil && *sh.SHA256 != p.sum {
+		return p, &NondeterministicError{Shard: sh.N, Recorded: *sh.SHA256, Got: p.sum}
 	}
-	if sh.SHA256 != nil && *sh.SHA256 != got {
-		return "", &NondeterministicError{Shard: sh.N, Recorded: *sh.SHA256, Got: got}
-	}
-	if err := s.store.Put(ctx, key, bytes.NewReader(b), int64(len(b)), "application/x-ndjson"); err != nil {
-		return "", err
-	}
-	if h := s.opts.Hooks.ShardWritten; h != nil {
-		h(e.ID, sh.N)
-	}
-	return result, nil
+	p.record = sh.SHA256 == nil
+	return p, nil
 }
 
-// verify reports whether the object at key hashes to want. A missing
-// object is not an error: it is simply not verified.
-func (s *Service) verify(ctx context.Context, key, want string) (bool, error) {
+// record stores the new hashes of a window in one transaction, before any
+// of its objects is put: a crash in between leaves records whose objects
+// are missing, which the next run regenerates and compares, so every
+// object ever written is checked against one recorded hash.
+func (s *Service) record(ctx context.Context, id string, window []pendingShard) error {
+	return s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		for _, p := range window {
+			if !p.record {
+				continue
+			}
+			res := tx.Model(&models.ExportShard{}).Where("export_id = ? AND n = ? AND sha256 IS NULL", id, p.sh.N).
+				Updates(map[string]any{"sha256": p.sum, "bytes": len(p.data)})
+			if res.Error != nil {
+				return res.Error
+			}
+			if res.RowsAffected == 1 {
+				continue
+			}
+			// A stale worker recorded it meanwhile: it must agree.
+			var rec models.ExportShard
+			if err := tx.Where("export_id = ? AND n = ?", id, p.sh.N).Take(&rec).Error; err != nil {
+				return err
+			}
+			if rec.SHA256 == nil || *rec.SHA256 != p.sum {
+				return &NondeterministicError{Shard: p.sh.N, Recorded: deref(rec.SHA256), Got: p.sum}
+			}
+		}
+		return nil
+	})
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// Object states as verify finds them.
+const (
+	objectVerified = iota
+	objectMissing
+	objectAltered
+)
+
+// verify reads the object at key and compares its hash with want.
+func (s *Service) verify(ctx context.Context, key, want string) (int, error) {
 	rc, err := s.store.Get(ctx, key)
 	if errors.Is(err, s3store.ErrNotFound) {
-		return false, nil
+		return objectMissing, nil
 	}
 	if err != nil {
-		return false, err
+		return 0, err
 	}
 	defer rc.Close()
 	h := sha256.New()
 	if _, err := io.Copy(h, rc); err != nil {
-		return false, err
+		return 0, err
 	}
-	return hex.EncodeToString(h.Sum(nil)) == want, nil
+	if hex.EncodeToString(h.Sum(nil)) != want {
+		return objectAltered, nil
+	}
+	return objectVerified, nil
 }
 
 // line is one message of the artifact. Fields are declared in key order,
@@ -432,31 +515,67 @@ func (s *Service) assemble(ctx context.Context, e models.Export, count int) (str
 	if err != nil {
 		return "", 0, err
 	}
-	buf := make([]byte, 64<<10)
+	// One shard is fetched ahead while the previous one is compressed:
+	// at most three shards are in memory at once.
+	fctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type fetched struct {
+		sh   models.ExportShard
+		data []byte
+	}
+	next := make(chan fetched, 1)
+	var fetchErr error
+	go func() {
+		defer close(next)
+		fetchErr = s.eachShard(fctx, e.ID, func(sh models.ExportShard) error {
+			rc, err := s.store.Get(fctx, shardKey(e.ID, sh.N))
+			if err != nil {
+				return err
+			}
+			var buf bytes.Buffer
+			if sh.Bytes != nil {
+				buf.Grow(int(*sh.Bytes) + bytes.MinRead)
+			}
+			_, err = buf.ReadFrom(rc)
+			rc.Close()
+			if err != nil {
+				return err
+			}
+			select {
+			case next <- fetched{sh, buf.Bytes()}:
+				return nil
+			case <-fctx.Done():
+				return fctx.Err()
+			}
+		})
+	}()
 	seen := 0
-	err = s.eachShard(ctx, e.ID, func(sh models.ExportShard) error {
-		if sh.SHA256 == nil {
-			return fmt.Errorf("shard %d has no recorded hash", sh.N)
+	for f := range next {
+		sum := sha256.Sum256(f.data)
+		switch {
+		case f.sh.SHA256 == nil:
+			err = fmt.Errorf("shard %d has no recorded hash", f.sh.N)
+		case hex.EncodeToString(sum[:]) != *f.sh.SHA256:
+			err = fmt.Errorf("shard %d: %w", f.sh.N, errShardChanged)
+		default:
+			_, err = zw.Write(f.data)
 		}
-		rc, err := s.store.Get(ctx, shardKey(e.ID, sh.N))
+		if err == nil {
+			seen++
+			if h := s.opts.Hooks.Assembled; h != nil {
+				err = h(e.ID, f.sh.N)
+			}
+		}
 		if err != nil {
-			return err
+			cancel()
+			for range next { // let the fetcher finish
+			}
+			break
 		}
-		sh256 := sha256.New()
-		_, err = io.CopyBuffer(zw, io.TeeReader(rc, sh256), buf)
-		rc.Close()
-		if err != nil {
-			return err
-		}
-		if hex.EncodeToString(sh256.Sum(nil)) != *sh.SHA256 {
-			return fmt.Errorf("shard %d: %w", sh.N, errShardChanged)
-		}
-		seen++
-		if h := s.opts.Hooks.Assembled; h != nil {
-			return h(e.ID, sh.N)
-		}
-		return nil
-	})
+	}
+	if err == nil {
+		err = fetchErr // read after next is closed: the fetcher is done
+	}
 	if err == nil && seen != count {
 		err = fmt.Errorf("the plan has %d shards, %d were found", count, seen)
 	}
