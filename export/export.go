@@ -298,9 +298,11 @@ func (s *Service) create(ctx context.Context, userID, key, fp, scope, conv strin
 		if err != nil {
 			return err
 		}
-		ivs, err := chat.Intervals(ctx, tx, userID, conv, snap)
-		if err != nil {
-			return err
+		var ivs []chat.ConversationIntervals
+		if snap > 0 { // at 0 nothing was ever written, and AsOf 0 would mean "now"
+			if ivs, err = chat.Intervals(ctx, tx, userID, conv, snap); err != nil {
+				return err
+			}
 		}
 		if conv != "" && len(ivs) == 0 {
 			return chat.ErrConversationNotFound
