@@ -165,6 +165,7 @@ func TestNondeterministicGeneratorFails(t *testing.T) {
 		if done.State != StateFailed || done.Error == nil || !strings.Contains(*done.Error, "shard 1 regenerated to different bytes") {
 			t.Fatalf("state %s, error %v; want failed for non-determinism", done.State, done.Error)
 		}
+		waitJob(t, e, x.ID, jobs.StateFailed) // the runner records it just after the handler returns
 		j, _ := e.queue.Get(context.Background(), JobKind, x.ID)
 		if j.State != jobs.StateFailed || j.Attempts != 2 {
 			t.Fatalf("job %s after %d attempts; want failed at once on the second", j.State, j.Attempts)

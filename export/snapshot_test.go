@@ -337,8 +337,9 @@ func TestSameSnapshotSameBytes(t *testing.T) {
 			t.Fatal(err)
 		}
 		a := small.create(chat.Actor{ID: ids[0]}, "a", "all")
-		small.start()
+		stop := small.start()
 		xa := small.wait(a.ID, 60*time.Second, StateDone)
+		stop() // or it would take b too, with its own shard size
 		b := large.create(chat.Actor{ID: ids[0]}, "b", "all")
 		large.start()
 		xb := large.wait(b.ID, 60*time.Second, StateDone)
