@@ -11,7 +11,9 @@ import (
 	"io"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -336,6 +338,61 @@ func TestExportBadInput(t *testing.T) {
 		db.Model(&models.Job{}).Where("kind = ?", "export").Count(&jobRows)
 		if exports != 0 || jobRows != 0 {
 			t.Fatalf("bad requests left %d exports and %d jobs", exports, jobRows)
+		}
+	})
+}
+
+// "ferry demo seed" fills the server's database; the first demo user is
+// in every conversation from its start, so their export holds every
+// message. The export metrics show on /metrics.
+func TestDemoSeedThenExport(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, mysql bool) {
+		f := startWithAdmin(t, mysql, nil)
+		cmd := exec.Command(ferryBinary(t), "demo", "seed", "--users", "4", "--conversations", "3", "--messages", "2500", "--seed", "9")
+		cmd.Dir = f.Dir
+		cmd.Env = append(cleanEnv(), f.Env...)
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("demo seed: %v\n%s", err, out)
+		}
+		m := regexp.MustCompile(`user demo1 \(id \S+\) token: (fry_\S+)`).FindSubmatch(out)
+		if m == nil || !strings.Contains(string(out), "seeded 3 conversations, 2500 messages") {
+			t.Fatalf("demo seed printed:\n%s", out)
+		}
+		token := string(m[1])
+		var convs struct{ Conversations []struct{ ID string } }
+		f.Do("GET", "/conversations", token, nil).JSON(t, &convs)
+		if len(convs.Conversations) != 3 {
+			t.Fatalf("demo1 is in %d conversations, want 3", len(convs.Conversations))
+		}
+
+		r := f.Do("POST", "/exports", token, map[string]any{"scope": "all"}, "Idempotency-Key", "demo")
+		want(t, r, 202, "")
+		var job struct {
+			JobID    string `json:"job_id"`
+			State    string
+			Messages int64
+		}
+		r.JSON(t, &job)
+		for deadline := time.Now().Add(60 * time.Second); job.State != "done" && time.Now().Before(deadline); {
+			time.Sleep(100 * time.Millisecond)
+			f.Do("GET", "/exports/"+job.JobID, token, nil).JSON(t, &job)
+		}
+		if job.State != "done" || job.Messages != 2500 {
+			t.Fatalf("export %s with %d messages, want done with 2500", job.State, job.Messages)
+		}
+		// The run's own figures are recorded just after the state change.
+		for _, m := range []string{`ferry_exports_total\{state="done"\} 1\n`, `ferry_export_shards_total\{result="written"\} [1-9]\d*\n`,
+			`ferry_export_run_shards_count\{result="skipped"\} 1\n`, `ferry_export_duration_seconds_count 1\n`} {
+			var metrics string
+			for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+				if metrics = string(f.Do("GET", "/metrics", "", nil).Body); regexp.MustCompile(m).MatchString(metrics) {
+					break
+				}
+			}
+			if !regexp.MustCompile(m).MatchString(metrics) {
+				t.Errorf("/metrics lacks %s", m)
+			}
 		}
 	})
 }
