@@ -81,9 +81,9 @@ func (s *Service) Run(ctx context.Context, j *jobs.Job) error {
 	st := &runStats{}
 	err = s.run(ctx, j, e, st, log)
 	s.metrics.runDuration.Observe(time.Since(start).Seconds())
-	s.metrics.runShards.WithLabelValues("written").Observe(float64(st.written))
-	s.metrics.runShards.WithLabelValues("rewritten").Observe(float64(st.rewritten))
-	s.metrics.runShards.WithLabelValues("skipped").Observe(float64(st.skipped))
+	s.metrics.runShards.WithLabelValues(shardWritten).Observe(float64(st.written))
+	s.metrics.runShards.WithLabelValues(shardRewritten).Observe(float64(st.rewritten))
+	s.metrics.runShards.WithLabelValues(shardSkipped).Observe(float64(st.skipped))
 	log.InfoContext(ctx, "export run ended", "shards_written", st.written, "shards_rewritten", st.rewritten,
 		"shards_skipped", st.skipped, "elapsed", time.Since(start), "err", err)
 	if err == nil || errors.Is(err, jobs.ErrLeaseLost) || ctx.Err() != nil {
