@@ -10,8 +10,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/ferry-io/ferry/chat"
 	"github.com/ferry-io/ferry/download"
 	"github.com/ferry-io/ferry/errkind"
+	"github.com/ferry-io/ferry/export"
 	"github.com/ferry-io/ferry/notify"
 	"github.com/ferry-io/ferry/upload"
 	"github.com/ferry-io/ferry/users"
@@ -32,6 +34,8 @@ type Deps struct {
 	Webhooks   *notify.Service   // nil: no webhook routes
 	Uploads    *upload.Service   // nil leaves the upload and files routes out
 	Downloads  *download.Service // nil: no /download route
+	Chat       *chat.Service
+	Exports    *export.Service
 	Gatherer   prometheus.Gatherer
 	Registerer prometheus.Registerer
 	Ready      []ReadyCheck
@@ -94,6 +98,8 @@ func New(d Deps) *Server {
 	admin.POST("/users/:id/activate", h(s.setActive(true)))
 	s.routeWebhooks(admin)
 	s.routeDownloads(e)
+	s.routeChat(authed)
+	s.routeExports(authed, admin)
 	return s
 }
 

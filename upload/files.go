@@ -180,3 +180,25 @@ func (s *Service) Stored(ctx context.Context, id string) (StoredFile, error) {
 	f.DownloadURL = ""
 	return StoredFile{File: f, UserID: row.UserID, Key: row.S3Key}, nil
 }
+
+// Owned checks that every id in ids is a file of userID, for chat
+// attachments. An id that is missing or someone else's is NotFound, so a
+// caller cannot probe other users' files.
+func (s *Service) Owned(ctx context.Context, userID string, ids []string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	uniq := map[string]bool{}
+	for _, id := range ids {
+		uniq[id] = true
+	}
+	var n int64
+	err := s.db.WithContext(ctx).Model(&models.File{}).Where("user_id = ? AND id IN ?", userID, ids).Count(&n).Error
+	if err != nil {
+		return fmt.Errorf("upload: owned: %w", err)
+	}
+	if int(n) != len(uniq) {
+		return errkind.New(errkind.NotFound, "attachment_not_found", "an attachment is not one of your files")
+	}
+	return nil
+}

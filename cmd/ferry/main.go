@@ -10,6 +10,8 @@ import (
 	"os"
 	"strings"
 
+	"gorm.io/gorm"
+
 	"github.com/ferry-io/ferry/config"
 	"github.com/ferry-io/ferry/internal/logctx"
 )
@@ -53,6 +55,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdMigrate(args[1:], stdout, stderr)
 	case "user":
 		err = cmdUser(args[1:], stdout, stderr)
+	case "demo":
+		err = cmdDemo(args[1:], stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "ferry", version)
 	case "help", "-h", "--help":
@@ -83,6 +87,8 @@ Usage:
   ferry migrate                   apply database migrations and exit
   ferry user create NAME [--admin]
                                   create a user and print its API token
+  ferry demo seed [--users N] [--conversations N] [--messages N] [--seed S]
+                                  fill the database with synthetic chat history
   ferry version                   print the version
 
 Client commands (server and token from --server/--token or FERRY_URL/FERRY_TOKEN):
@@ -172,24 +178,34 @@ func cmdUser(args []string, stdout, stderr io.Writer) error {
 	if name == "" || fs.NArg() > 1 {
 		return usageError{errors.New("usage: ferry user create NAME [--admin]")}
 	}
-	cfg, err := loadConfig()
-	if err != nil {
-		return err
-	}
 	ctx := context.Background()
-	log := newLogger(cfg, stderr)
-	db, err := openDatabase(ctx, cfg, log)
+	cfg, db, err := openMigrated(ctx, stderr)
 	if err != nil {
 		return err
 	}
 	defer closeDB(db)
-	if _, err := migrate(ctx, db); err != nil {
-		return err
-	}
 	u, token, err := newUsers(db, cfg).Create(ctx, name, *admin)
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "created user %s (id %s, admin %t)\ntoken (shown once): %s\n", u.Name, u.ID, u.Admin, token)
 	return nil
+}
+
+// openMigrated loads the configuration and opens and migrates the
+// database, for the one-shot subcommands. The caller closes the database.
+func openMigrated(ctx context.Context, stderr io.Writer) (*config.Config, *gorm.DB, error) {
+	cfg, err := loadConfig()
+	if err != nil {
+		return nil, nil, err
+	}
+	db, err := openDatabase(ctx, cfg, newLogger(cfg, stderr))
+	if err != nil {
+		return nil, nil, err
+	}
+	if _, err := migrate(ctx, db); err != nil {
+		closeDB(db)
+		return nil, nil, err
+	}
+	return cfg, db, nil
 }

@@ -21,8 +21,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"gorm.io/gorm"
 
+	"github.com/ferry-io/ferry/chat"
 	"github.com/ferry-io/ferry/config"
 	"github.com/ferry-io/ferry/download"
+	"github.com/ferry-io/ferry/export"
 	"github.com/ferry-io/ferry/jobs"
 	"github.com/ferry-io/ferry/models"
 	"github.com/ferry-io/ferry/notify"
@@ -145,12 +147,21 @@ func cmdServe(args []string, stdout, stderr io.Writer) error {
 	}
 	uploads.Register(runner)
 
-	// The download proxy resolves ids by their prefix.
-	downloadRoutes := download.Routes{
-		"fil_": fileResolver{uploads: uploads},
-	}
+	chatSvc := chat.New(db, uploads, chat.Options{})
+	exports := export.New(db, store, queue, signer, export.Options{
+		ShardSize: cfg.ExportShardSize, Retention: cfg.ExportRetention, DeleteShards: cfg.ExportDeleteShards,
+		Concurrency: cfg.ExportConcurrency, MaxAttempts: cfg.JobAttempts, LinkTTL: cfg.DownloadLinkTTL,
+		PublicURL: cfg.PublicURL, Log: log, Registerer: reg,
+	})
+	exports.Register(runner)
+
+	// The download proxy resolves ids by their prefix, on every request.
 	downloads, err := download.New(download.Config{
-		DB: db, Storage: store, Users: usersSvc, Signer: signer, Resolver: downloadRoutes,
+		DB: db, Storage: store, Users: usersSvc, Signer: signer,
+		Resolver: download.Routes{
+			"exp_": exportResolver{exports: exports},
+			"fil_": fileResolver{uploads: uploads, canSee: chatSvc.CanSeeFile},
+		},
 		PublicURL: cfg.PublicURL, LinkTTL: cfg.DownloadLinkTTL, MaxLinkAddrs: cfg.DownloadLinkMaxAddrs,
 		Log: log, Registerer: reg, Now: time.Now,
 	})
@@ -164,6 +175,8 @@ func cmdServe(args []string, stdout, stderr io.Writer) error {
 		Webhooks:   webhooks,
 		Uploads:    uploads,
 		Downloads:  downloads,
+		Chat:       chatSvc,
+		Exports:    exports,
 		Gatherer:   reg,
 		Registerer: reg,
 		Ready: []server.ReadyCheck{
