@@ -103,6 +103,10 @@ type messageJSON struct {
 	Attachments []string  `json:"attachments"`
 	Recalled    bool      `json:"recalled"`
 	SentAt      time.Time `json:"sent_at"`
+	// AttachmentURLs are download links for the attachments, signed for
+	// the reader; the proxy checks on every request that the reader can
+	// still see the message.
+	AttachmentURLs map[string]string `json:"attachment_urls,omitempty"`
 }
 
 func (s *Server) postMessage(c *gin.Context) error {
@@ -139,6 +143,12 @@ func (s *Server) listMessages(c *gin.Context) error {
 		out[i] = messageJSON{Seq: m.Seq, Gseq: m.Gseq, Sender: m.Sender, Body: m.Body, Attachments: m.Attachments, Recalled: m.Recalled, SentAt: m.SentAt}
 		if out[i].Attachments == nil {
 			out[i].Attachments = []string{}
+		}
+		if s.d.Downloads != nil && len(m.Attachments) > 0 {
+			out[i].AttachmentURLs = map[string]string{}
+			for _, id := range m.Attachments {
+				out[i].AttachmentURLs[id], _ = s.d.Downloads.Link(id, caller(c).ID)
+			}
 		}
 	}
 	resp := gin.H{"messages": out}
