@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	neturl "net/url"
 	"os"
 	"regexp"
 	"strconv"
@@ -61,6 +62,9 @@ func (c *Client) Download(ctx context.Context, url, path string, opts DownloadOp
 	}
 	if strings.HasPrefix(url, "/") {
 		url = c.base + url
+	}
+	if u, err := neturl.Parse(url); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("ferry: %q is not a download link", url)
 	}
 	partPath, metaPath := path+".part", path+".part.json"
 	res := &DownloadResult{Path: path, ResumedFrom: -1}

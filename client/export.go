@@ -87,15 +87,19 @@ func (c *Client) Export(ctx context.Context, scope, out string, opts ExportOptio
 
 	m := newMeter(opts.Progress, "export", 0, 0)
 	delay := 250 * time.Millisecond
-	for job.State != "done" {
+	// Poll until done. The create answer carries no link, so even an
+	// export that is already done is read once more for a fresh one.
+	for first := true; first || job.State != "done"; first = false {
 		switch job.State {
 		case "failed", "revoked", "expired":
 			return res, fmt.Errorf("%w: job %s is %s", ErrExportFailed, job.JobID, job.State)
 		}
-		if err := c.sleep(ctx, delay); err != nil {
-			return res, err
+		if !first {
+			if err := c.sleep(ctx, delay); err != nil {
+				return res, err
+			}
+			delay = min(delay*2, 2*time.Second)
 		}
-		delay = min(delay*2, 2*time.Second)
 		err := c.withRetry(ctx, opts.Attempts, func() error {
 			_, err := c.call(ctx, http.MethodGet, "/exports/"+job.JobID, nil, &job)
 			return err

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"os"
 	"os/signal"
@@ -75,8 +76,12 @@ func clientExit(err error) int {
 		return exitRejected
 	default:
 		var ue usageError
-		if errors.As(err, &ue) {
+		var pe *fs.PathError
+		switch {
+		case errors.As(err, &ue):
 			return exitUsage
+		case errors.As(err, &pe):
+			return exitFailure // a local file problem
 		}
 		return exitUnavailable
 	}
@@ -234,13 +239,13 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 }
 
 func cmdUpload(args []string, stdout, stderr io.Writer) (int, error) {
-	fs := flag.NewFlagSet("upload", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	flags := flag.NewFlagSet("upload", flag.ContinueOnError)
+	flags.SetOutput(stderr)
 	var cf clientFlags
-	cf.register(fs)
-	concurrency := fs.Int("concurrency", 4, "parts in flight")
-	contentType := fs.String("type", "", "content type (default: from the extension)")
-	files, err := parseInterspersed(fs, args)
+	cf.register(flags)
+	concurrency := flags.Int("concurrency", 4, "parts in flight")
+	contentType := flags.String("type", "", "content type (default: from the extension)")
+	files, err := parseInterspersed(flags, args)
 	if err != nil {
 		return exitUsage, usageError{err}
 	}
@@ -284,12 +289,12 @@ func cmdUpload(args []string, stdout, stderr io.Writer) (int, error) {
 }
 
 func cmdDownload(args []string, stdout, stderr io.Writer) (int, error) {
-	fs := flag.NewFlagSet("download", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	flags := flag.NewFlagSet("download", flag.ContinueOnError)
+	flags.SetOutput(stderr)
 	var cf clientFlags
-	cf.register(fs)
-	out := fs.String("o", "", "output file (required)")
-	pos, err := parseInterspersed(fs, args)
+	cf.register(flags)
+	out := flags.String("o", "", "output file (required)")
+	pos, err := parseInterspersed(flags, args)
 	if err != nil {
 		return exitUsage, usageError{err}
 	}
@@ -322,14 +327,14 @@ func cmdDownload(args []string, stdout, stderr io.Writer) (int, error) {
 }
 
 func cmdExport(args []string, stdout, stderr io.Writer) (int, error) {
-	fs := flag.NewFlagSet("export", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	flags := flag.NewFlagSet("export", flag.ContinueOnError)
+	flags.SetOutput(stderr)
 	var cf clientFlags
-	cf.register(fs)
-	scope := fs.String("scope", "all", `what to export: "all" or "conv:<id>"`)
-	out := fs.String("o", "", "output file (required)")
-	fresh := fs.Bool("new", false, "start a new export even if one for this output exists")
-	pos, err := parseInterspersed(fs, args)
+	cf.register(flags)
+	scope := flags.String("scope", "all", `what to export: "all" or "conv:<id>"`)
+	out := flags.String("o", "", "output file (required)")
+	fresh := flags.Bool("new", false, "start a new export even if one for this output exists")
+	pos, err := parseInterspersed(flags, args)
 	if err != nil {
 		return exitUsage, usageError{err}
 	}

@@ -69,7 +69,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	// One line, always: operators grep for it and supervisors show the
 	// last line.
-	fmt.Fprintln(stderr, "ferry: "+oneLine(err.Error()))
+	fmt.Fprintln(stderr, "ferry: "+strings.TrimPrefix(oneLine(err.Error()), "ferry: "))
 	if code >= 0 {
 		return code
 	}
@@ -97,7 +97,7 @@ Client commands (server and token from --server/--token or FERRY_URL/FERRY_TOKEN
   ferry export --scope all -o FILE
                                   export your chat history and download it
 
-Client exit codes: 0 ok, 1 other failure, 2 usage, 3 credentials or link refused,
+Client exit codes: 0 ok, 1 other failure (such as a local file error), 2 usage, 3 credentials or link refused,
 4 not found or gone, 5 refused or failed, 6 network or server unavailable, 130 interrupted.
 
 Configuration comes from FERRY_* environment variables (see .env.example).
