@@ -44,6 +44,9 @@ type Config struct {
 
 	LinkKeys        []presign.Key // FERRY_LINK_KEYS: empty generates one key kept in DataDir
 	DownloadLinkTTL time.Duration // FERRY_DOWNLOAD_LINK_TTL
+	// DownloadLinkMaxAddrs is FERRY_DOWNLOAD_LINK_MAX_ADDRS: a link used from
+	// more distinct client addresses than this is reported as forwarded.
+	DownloadLinkMaxAddrs int
 
 	UploadTTL        time.Duration // FERRY_UPLOAD_TTL: idle uploads expire after this
 	PresignTTL       time.Duration // FERRY_PRESIGN_TTL: lifetime of presigned part URLs
@@ -202,6 +205,7 @@ func settings() []setting {
 			return err
 		}},
 		{"FERRY_DOWNLOAD_LINK_TTL", "300s", durationInto(func(c *Config) *time.Duration { return &c.DownloadLinkTTL }, time.Second)},
+		{"FERRY_DOWNLOAD_LINK_MAX_ADDRS", "3", intInto(func(c *Config) *int { return &c.DownloadLinkMaxAddrs }, 1, 10_000)},
 		{"FERRY_UPLOAD_TTL", "24h", durationInto(func(c *Config) *time.Duration { return &c.UploadTTL }, time.Minute)},
 		{"FERRY_PRESIGN_TTL", "15m", durationInto(func(c *Config) *time.Duration { return &c.PresignTTL }, time.Second)},
 		{"FERRY_MAX_UPLOAD_SIZE", "5TiB", func(c *Config, v string) error {

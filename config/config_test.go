@@ -20,7 +20,7 @@ func TestDefaults(t *testing.T) {
 	if c.Addr != ":8080" || c.PublicURL != "http://localhost:8080" || c.DBDriver != DriverSQLite ||
 		!strings.HasSuffix(c.DBDSN, "/ferry-data/ferry.db") || !c.Embedded() ||
 		c.S3PublicEndpoint != "http://127.0.0.1:9310" || c.S3Bucket != "ferry" ||
-		c.DownloadLinkTTL != 300*time.Second || c.UploadTTL != 24*time.Hour || c.ExportRetention != 168*time.Hour ||
+		c.DownloadLinkTTL != 300*time.Second || c.DownloadLinkMaxAddrs != 3 || c.UploadTTL != 24*time.Hour || c.ExportRetention != 168*time.Hour ||
 		c.ExportShardSize != 200 || c.JobLease != 30*time.Second || len(c.WebhookRetrySchedule) != 10 ||
 		c.WebhookAllowPrivate || c.DefaultPartSize != 8<<20 || c.MaxUploadSize != 5<<40 {
 		t.Fatalf("unexpected defaults: %+v", c)
@@ -63,6 +63,7 @@ func TestBadSettings(t *testing.T) {
 		{map[string]string{"FERRY_LINK_KEYS": "k1:c2hvcnQ="}, "FERRY_LINK_KEYS"},
 		{map[string]string{"FERRY_LINK_KEYS": "k 1:MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="}, "FERRY_LINK_KEYS"},
 		{map[string]string{"FERRY_DOWNLOAD_LINK_TTL": "5"}, "FERRY_DOWNLOAD_LINK_TTL"},
+		{map[string]string{"FERRY_DOWNLOAD_LINK_MAX_ADDRS": "0"}, "FERRY_DOWNLOAD_LINK_MAX_ADDRS"},
 		{map[string]string{"FERRY_UPLOAD_TTL": "-1h"}, "FERRY_UPLOAD_TTL"},
 		{map[string]string{"FERRY_PART_SIZE": "1MiB"}, "FERRY_PART_SIZE"},
 		{map[string]string{"FERRY_MAX_UPLOAD_SIZE": "lots"}, "FERRY_MAX_UPLOAD_SIZE"},

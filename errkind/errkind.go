@@ -27,6 +27,9 @@ var (
 	Gone = &Kind{"gone"}
 	// PreconditionFailed: a conditional request did not hold (412).
 	PreconditionFailed = &Kind{"precondition failed"}
+	// RangeNotSatisfiable: no requested byte range overlaps the
+	// representation, or the range set is malformed (416).
+	RangeNotSatisfiable = &Kind{"range not satisfiable"}
 	// TooLarge: a body or value exceeds a configured size (413).
 	TooLarge = &Kind{"too large"}
 	// Unprocessable: well-formed but semantically refused, such as an
@@ -89,7 +92,7 @@ func Invalidf(code, format string, args ...any) *Error {
 
 // KindOf reports the Kind err carries, or nil when it carries none.
 func KindOf(err error) *Kind {
-	for _, k := range []*Kind{Invalid, Unauthenticated, Forbidden, NotFound, Conflict, Gone, PreconditionFailed, TooLarge, Unprocessable, Unavailable} {
+	for _, k := range []*Kind{Invalid, Unauthenticated, Forbidden, NotFound, Conflict, Gone, PreconditionFailed, RangeNotSatisfiable, TooLarge, Unprocessable, Unavailable} {
 		if errors.Is(err, k) {
 			return k
 		}

@@ -19,10 +19,12 @@ type ObjectReader struct {
 	key  string
 	size int64
 
-	off    int64         // logical position
-	body   io.ReadCloser // open ranged GET, positioned at bodyOff
-	bodyAt int64
-	gets   int // ranged GETs issued, for tests and metrics
+	off     int64         // logical position
+	body    io.ReadCloser // open ranged GET, positioned at bodyAt
+	bodyAt  int64
+	bodyEnd int64 // where the open GET ends (exclusive)
+	spans   [][2]int64
+	gets    int // ranged GETs issued, for tests and metrics
 }
 
 // Open returns a lazy reader over key, which must be size bytes long. ctx
@@ -31,24 +33,50 @@ func (s *Store) Open(ctx context.Context, key string, size int64) *ObjectReader 
 	return &ObjectReader{s: s, ctx: ctx, key: key, size: size}
 }
 
+// Expect tells the reader that the bytes [start, start+length) will be read
+// after a seek to start. A GET that begins inside an expected span then asks
+// S3 for exactly the rest of that span instead of the rest of the object, so
+// a range request neither pulls bytes nobody reads nor has to drop its
+// connection to S3 when it ends. Call it before reading; spans may not
+// overlap.
+func (r *ObjectReader) Expect(start, length int64) {
+	if length > 0 && start >= 0 && start < r.size {
+		r.spans = append(r.spans, [2]int64{start, min(start+length, r.size)})
+	}
+}
+
+// getEnd is where a GET starting at off should stop.
+func (r *ObjectReader) getEnd(off int64) int64 {
+	for _, sp := range r.spans {
+		if off >= sp[0] && off < sp[1] {
+			return sp[1]
+		}
+	}
+	return r.size
+}
+
 // Read implements io.Reader.
 func (r *ObjectReader) Read(p []byte) (int, error) {
 	if r.off >= r.size {
 		return 0, io.EOF
 	}
-	if r.body != nil && r.bodyAt != r.off {
+	if r.body != nil && (r.bodyAt != r.off || r.off >= r.bodyEnd) {
 		r.body.Close()
 		r.body = nil
 	}
 	if r.body == nil {
-		body, err := r.s.GetRange(r.ctx, r.key, r.off, -1)
+		end, length := r.getEnd(r.off), int64(-1)
+		if end < r.size {
+			length = end - r.off
+		}
+		body, err := r.s.GetRange(r.ctx, r.key, r.off, length)
 		if err != nil {
 			return 0, err
 		}
-		r.body, r.bodyAt = body, r.off
+		r.body, r.bodyAt, r.bodyEnd = body, r.off, end
 		r.gets++
 	}
-	if rem := r.size - r.off; int64(len(p)) > rem {
+	if rem := r.bodyEnd - r.off; int64(len(p)) > rem {
 		p = p[:rem]
 	}
 	n, err := r.body.Read(p)
@@ -57,12 +85,13 @@ func (r *ObjectReader) Read(p []byte) (int, error) {
 	if errors.Is(err, io.EOF) {
 		r.body.Close()
 		r.body = nil
-		if r.off < r.size {
+		if r.off < r.bodyEnd {
 			// The object is shorter than the database says: never pad
 			// or splice, fail loudly.
 			return n, fmt.Errorf("s3store: %s ended at %d of %d bytes: %w", r.key, r.off, r.size, io.ErrUnexpectedEOF)
 		}
-		if n > 0 {
+		if n > 0 || r.off < r.size {
+			// The end of one span is not the end of the object.
 			err = nil
 		}
 	}

@@ -484,6 +484,43 @@ func TestPresignPartsBatch(t *testing.T) {
 	}
 }
 
+// A reader told which spans will be read asks S3 for exactly those bytes, one
+// GET per span, and still reads on past a span's end when asked to.
+func TestObjectReaderExpectedSpans(t *testing.T) {
+	st := testenv.Store(t)
+	ctx := context.Background()
+	data := randomBytes(1<<20 + 3)
+	if err := st.Put(ctx, "obj", bytes.NewReader(data), int64(len(data)), ""); err != nil {
+		t.Fatal(err)
+	}
+	r := st.Open(ctx, "obj", int64(len(data)))
+	defer r.Close()
+	spans := [][2]int64{{10, 100}, {500_000, 70_000}, {int64(len(data)) - 9, 50}}
+	for _, sp := range spans {
+		r.Expect(sp[0], sp[1])
+	}
+	for _, sp := range spans {
+		want := data[sp[0]:min(sp[0]+sp[1], int64(len(data)))]
+		r.Seek(sp[0], io.SeekStart)
+		got := make([]byte, len(want))
+		if _, err := io.ReadFull(r, got); err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("span %v: %v, equal=%v", sp, err, bytes.Equal(got, want))
+		}
+	}
+	if r.GETs() != len(spans) {
+		t.Fatalf("GETs = %d, want one per span (%d)", r.GETs(), len(spans))
+	}
+	// Reading across a span's end continues with a GET for the rest.
+	r.Seek(20, io.SeekStart)
+	all, err := io.ReadAll(r)
+	if err != nil || !bytes.Equal(all, data[20:]) {
+		t.Fatalf("read across span end: %d bytes, %v", len(all), err)
+	}
+	if r.GETs() != len(spans)+2 {
+		t.Fatalf("GETs = %d, want %d", r.GETs(), len(spans)+2)
+	}
+}
+
 // postForm sends a browser-style multipart/form-data POST: the policy's
 // fields first, then the file.
 func postForm(t *testing.T, pol s3store.PostPolicy, fields map[string]string, file []byte) (int, string) {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strconv"
 
 	"github.com/gin-gonic/gin"
 
@@ -47,33 +48,35 @@ func (p Problem) MarshalJSON() ([]byte, error) {
 
 // statusOf is the one error→status table.
 var statusOf = map[*errkind.Kind]int{
-	errkind.Invalid:            http.StatusBadRequest,
-	errkind.Unauthenticated:    http.StatusUnauthorized,
-	errkind.Forbidden:          http.StatusForbidden,
-	errkind.NotFound:           http.StatusNotFound,
-	errkind.Conflict:           http.StatusConflict,
-	errkind.Gone:               http.StatusGone,
-	errkind.PreconditionFailed: http.StatusPreconditionFailed,
-	errkind.TooLarge:           http.StatusRequestEntityTooLarge,
-	errkind.Unprocessable:      http.StatusUnprocessableEntity,
-	errkind.Unavailable:        http.StatusServiceUnavailable,
+	errkind.Invalid:             http.StatusBadRequest,
+	errkind.Unauthenticated:     http.StatusUnauthorized,
+	errkind.Forbidden:           http.StatusForbidden,
+	errkind.NotFound:            http.StatusNotFound,
+	errkind.Conflict:            http.StatusConflict,
+	errkind.Gone:                http.StatusGone,
+	errkind.PreconditionFailed:  http.StatusPreconditionFailed,
+	errkind.RangeNotSatisfiable: http.StatusRequestedRangeNotSatisfiable,
+	errkind.TooLarge:            http.StatusRequestEntityTooLarge,
+	errkind.Unprocessable:       http.StatusUnprocessableEntity,
+	errkind.Unavailable:         http.StatusServiceUnavailable,
 }
 
 // defaultCode names the code used when an error carries a kind but no
 // *errkind.Error with its own code.
 var defaultCode = map[int]string{
-	http.StatusBadRequest:            "bad_request",
-	http.StatusUnauthorized:          "unauthenticated",
-	http.StatusForbidden:             "forbidden",
-	http.StatusNotFound:              "not_found",
-	http.StatusMethodNotAllowed:      "method_not_allowed",
-	http.StatusConflict:              "conflict",
-	http.StatusGone:                  "gone",
-	http.StatusPreconditionFailed:    "precondition_failed",
-	http.StatusRequestEntityTooLarge: "body_too_large",
-	http.StatusUnprocessableEntity:   "unprocessable",
-	http.StatusInternalServerError:   "internal",
-	http.StatusServiceUnavailable:    "unavailable",
+	http.StatusBadRequest:                   "bad_request",
+	http.StatusUnauthorized:                 "unauthenticated",
+	http.StatusForbidden:                    "forbidden",
+	http.StatusNotFound:                     "not_found",
+	http.StatusMethodNotAllowed:             "method_not_allowed",
+	http.StatusConflict:                     "conflict",
+	http.StatusGone:                         "gone",
+	http.StatusPreconditionFailed:           "precondition_failed",
+	http.StatusRequestEntityTooLarge:        "body_too_large",
+	http.StatusRequestedRangeNotSatisfiable: "range_not_satisfiable",
+	http.StatusUnprocessableEntity:          "unprocessable",
+	http.StatusInternalServerError:          "internal",
+	http.StatusServiceUnavailable:           "unavailable",
 }
 
 // problemFor turns err into a Problem. Only 4xx problems carry the
@@ -125,15 +128,24 @@ func writeProblem(c *gin.Context, p Problem) {
 		c.JSON(p.Status, gin.H{"error": msg, "code": p.Code})
 		return
 	}
+	writeProblemTo(c.Writer, c.Request.URL.Path, p)
+}
+
+// writeProblemTo sends p on a plain ResponseWriter, for handlers (downloads)
+// whose domain code writes the response itself.
+func writeProblemTo(w http.ResponseWriter, path string, p Problem) {
 	if p.Instance == "" {
-		p.Instance = c.Request.URL.Path
+		p.Instance = path
 	}
 	b, err := json.Marshal(p)
 	if err != nil {
 		b = []byte(`{"type":"about:blank","title":"Internal Server Error","status":500,"code":"internal"}`)
 	}
-	c.Header("Cache-Control", "no-store")
-	c.Data(p.Status, "application/problem+json", b)
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(p.Status)
+	_, _ = w.Write(b)
 }
 
 // abort records err for the access log, writes its problem and stops the

@@ -11,7 +11,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/ferry-io/ferry/chat"
+	"github.com/ferry-io/ferry/download"
 	"github.com/ferry-io/ferry/errkind"
+	"github.com/ferry-io/ferry/export"
 	"github.com/ferry-io/ferry/notify"
 	"github.com/ferry-io/ferry/upload"
 	"github.com/ferry-io/ferry/users"
@@ -29,9 +32,12 @@ type ReadyCheck struct {
 type Deps struct {
 	Log        *slog.Logger
 	Users      *users.Service
-	Webhooks   *notify.Service // nil: no webhook routes
-	Uploads    *upload.Service // nil leaves the upload and files routes out
-	Web        fs.FS           // the browser UI's files (package web); nil serves no UI
+	Webhooks   *notify.Service   // nil: no webhook routes
+	Uploads    *upload.Service   // nil leaves the upload and files routes out
+	Downloads  *download.Service // nil: no /download route
+	Chat       *chat.Service
+	Exports    *export.Service
+	Web        fs.FS // the browser UI's files (package web); nil serves no UI
 	Gatherer   prometheus.Gatherer
 	Registerer prometheus.Registerer
 	Ready      []ReadyCheck
@@ -98,6 +104,9 @@ func New(d Deps) *Server {
 	admin.POST("/users/:id/deactivate", h(s.setActive(false)))
 	admin.POST("/users/:id/activate", h(s.setActive(true)))
 	s.routeWebhooks(admin)
+	s.routeDownloads(e)
+	s.routeChat(authed)
+	s.routeExports(authed, admin)
 	return s
 }
 

@@ -152,3 +152,53 @@ func (s *Service) DeleteFile(ctx context.Context, userID, id string) error {
 	s.log.InfoContext(ctx, "file deleted", "file_id", id, "blob_deleted", purge)
 	return nil
 }
+
+// StoredFile is a file with where its bytes live, for the download proxy.
+type StoredFile struct {
+	File
+	UserID string // the owner
+	Key    string // the blob's object key
+}
+
+// Stored returns file id with its object key, whoever owns it; the caller
+// decides who may read it. It reads the database on every call, so a
+// deleted file is gone at once.
+func (s *Service) Stored(ctx context.Context, id string) (StoredFile, error) {
+	var row struct {
+		models.File
+		S3Key string `gorm:"column:s3_key"`
+	}
+	err := s.db.WithContext(ctx).Table("files").Select("files.*, blobs.s3_key").
+		Joins("JOIN blobs ON blobs.id = files.blob_id").Where("files.id = ?", id).Take(&row).Error
+	if errors.Is(err, gorm.ErrRecordNotFound) {
+		return StoredFile{}, errFileNotFound
+	}
+	if err != nil {
+		return StoredFile{}, fmt.Errorf("upload: file %s: %w", id, err)
+	}
+	f := s.toFile(&row.File)
+	f.DownloadURL = ""
+	return StoredFile{File: f, UserID: row.UserID, Key: row.S3Key}, nil
+}
+
+// Owned checks that every id in ids is a file of userID, for chat
+// attachments. An id that is missing or someone else's is NotFound, so a
+// caller cannot probe other users' files.
+func (s *Service) Owned(ctx context.Context, userID string, ids []string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	uniq := map[string]bool{}
+	for _, id := range ids {
+		uniq[id] = true
+	}
+	var n int64
+	err := s.db.WithContext(ctx).Model(&models.File{}).Where("user_id = ? AND id IN ?", userID, ids).Count(&n).Error
+	if err != nil {
+		return fmt.Errorf("upload: owned: %w", err)
+	}
+	if int(n) != len(uniq) {
+		return errkind.New(errkind.NotFound, "attachment_not_found", "an attachment is not one of your files")
+	}
+	return nil
+}

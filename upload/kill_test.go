@@ -175,14 +175,16 @@ func TestLongVerificationKeepsItsLease(t *testing.T) {
 		e := newEnv(t, db, func(c *upload.Config) {
 			c.Hooks.VerifyProgress = func(string, int64) {
 				chunks.Add(1)
-				time.Sleep(150 * time.Millisecond) // 11 chunks: about three leases
+				time.Sleep(550 * time.Millisecond) // 11 chunks: about three leases
 			}
 		})
 		c := newClient(t, e, "usr_a")
 		data := randomBytes(2*5*mib + 1)
 		st := c.uploadAll("slow.bin", data, true)
-		e.run(t, 600*time.Millisecond)
-		e.run(t, 600*time.Millisecond) // a second worker, waiting for a lapse
+		// A lease of 2s with a heartbeat every 2/3s leaves room for a busy
+		// machine (SQLite write waits, -race) without losing the lease.
+		e.run(t, 2*time.Second)
+		e.run(t, 2*time.Second) // a second worker, waiting for a lapse
 		done := e.waitDone("usr_a", st.UploadID, 60*time.Second)
 		if done.State != upload.StateSuccess {
 			t.Fatalf("final = %+v", done)

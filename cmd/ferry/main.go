@@ -10,6 +10,8 @@ import (
 	"os"
 	"strings"
 
+	"gorm.io/gorm"
+
 	"github.com/ferry-io/ferry/config"
 	"github.com/ferry-io/ferry/internal/logctx"
 )
@@ -39,13 +41,22 @@ func run(args []string, stdout, stderr io.Writer) int {
 		args = []string{"help"}
 	}
 	var err error
+	code := -1
 	switch args[0] {
+	case "upload":
+		code, err = cmdUpload(args[1:], stdout, stderr)
+	case "download":
+		code, err = cmdDownload(args[1:], stdout, stderr)
+	case "export":
+		code, err = cmdExport(args[1:], stdout, stderr)
 	case "serve":
 		err = cmdServe(args[1:], stdout, stderr)
 	case "migrate":
 		err = cmdMigrate(args[1:], stdout, stderr)
 	case "user":
 		err = cmdUser(args[1:], stdout, stderr)
+	case "demo":
+		err = cmdDemo(args[1:], stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "ferry", version)
 	case "help", "-h", "--help":
@@ -58,7 +69,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	// One line, always: operators grep for it and supervisors show the
 	// last line.
-	fmt.Fprintln(stderr, "ferry: "+oneLine(err.Error()))
+	fmt.Fprintln(stderr, "ferry: "+strings.TrimPrefix(oneLine(err.Error()), "ferry: "))
+	if code >= 0 {
+		return code
+	}
 	var ue usageError
 	if errors.As(err, &ue) {
 		return exitUsage
@@ -73,7 +87,18 @@ Usage:
   ferry migrate                   apply database migrations and exit
   ferry user create NAME [--admin]
                                   create a user and print its API token
+  ferry demo seed [--users N] [--conversations N] [--messages N] [--seed S]
+                                  fill the database with synthetic chat history
   ferry version                   print the version
+
+Client commands (server and token from --server/--token or FERRY_URL/FERRY_TOKEN):
+  ferry upload FILE...            upload files (resumes an interrupted upload of the same content)
+  ferry download URL -o FILE      download a ferry link, resuming a partial FILE
+  ferry export --scope all -o FILE
+                                  export your chat history and download it
+
+Client exit codes: 0 ok, 1 other failure (such as a local file error), 2 usage, 3 credentials or link refused,
+4 not found or gone, 5 refused or failed, 6 network or server unavailable, 130 interrupted.
 
 Configuration comes from FERRY_* environment variables (see .env.example).
 With none set, ferry keeps a SQLite database and an embedded S3 server
@@ -153,24 +178,34 @@ func cmdUser(args []string, stdout, stderr io.Writer) error {
 	if name == "" || fs.NArg() > 1 {
 		return usageError{errors.New("usage: ferry user create NAME [--admin]")}
 	}
-	cfg, err := loadConfig()
-	if err != nil {
-		return err
-	}
 	ctx := context.Background()
-	log := newLogger(cfg, stderr)
-	db, err := openDatabase(ctx, cfg, log)
+	cfg, db, err := openMigrated(ctx, stderr)
 	if err != nil {
 		return err
 	}
 	defer closeDB(db)
-	if _, err := migrate(ctx, db); err != nil {
-		return err
-	}
 	u, token, err := newUsers(db, cfg).Create(ctx, name, *admin)
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "created user %s (id %s, admin %t)\ntoken (shown once): %s\n", u.Name, u.ID, u.Admin, token)
 	return nil
+}
+
+// openMigrated loads the configuration and opens and migrates the
+// database, for the one-shot subcommands. The caller closes the database.
+func openMigrated(ctx context.Context, stderr io.Writer) (*config.Config, *gorm.DB, error) {
+	cfg, err := loadConfig()
+	if err != nil {
+		return nil, nil, err
+	}
+	db, err := openDatabase(ctx, cfg, newLogger(cfg, stderr))
+	if err != nil {
+		return nil, nil, err
+	}
+	if _, err := migrate(ctx, db); err != nil {
+		closeDB(db)
+		return nil, nil, err
+	}
+	return cfg, db, nil
 }

@@ -21,7 +21,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"gorm.io/gorm"
 
+	"github.com/ferry-io/ferry/chat"
 	"github.com/ferry-io/ferry/config"
+	"github.com/ferry-io/ferry/download"
+	"github.com/ferry-io/ferry/export"
 	"github.com/ferry-io/ferry/jobs"
 	"github.com/ferry-io/ferry/models"
 	"github.com/ferry-io/ferry/notify"
@@ -145,11 +148,36 @@ func cmdServe(args []string, stdout, stderr io.Writer) error {
 	}
 	uploads.Register(runner)
 
+	chatSvc := chat.New(db, uploads, chat.Options{})
+	exports := export.New(db, store, queue, signer, export.Options{
+		ShardSize: cfg.ExportShardSize, Retention: cfg.ExportRetention, DeleteShards: cfg.ExportDeleteShards,
+		Concurrency: cfg.ExportConcurrency, MaxAttempts: cfg.JobAttempts, LinkTTL: cfg.DownloadLinkTTL,
+		PublicURL: cfg.PublicURL, Log: log, Registerer: reg,
+	})
+	exports.Register(runner)
+
+	// The download proxy resolves ids by their prefix, on every request.
+	downloads, err := download.New(download.Config{
+		DB: db, Storage: store, Users: usersSvc, Signer: signer,
+		Resolver: download.Routes{
+			"exp_": exportResolver{exports: exports},
+			"fil_": fileResolver{uploads: uploads, canSee: chatSvc.CanSeeFile},
+		},
+		PublicURL: cfg.PublicURL, LinkTTL: cfg.DownloadLinkTTL, MaxLinkAddrs: cfg.DownloadLinkMaxAddrs,
+		Log: log, Registerer: reg, Now: time.Now,
+	})
+	if err != nil {
+		return err
+	}
+
 	srv := server.New(server.Deps{
 		Log:        log,
 		Users:      usersSvc,
 		Webhooks:   webhooks,
 		Uploads:    uploads,
+		Downloads:  downloads,
+		Chat:       chatSvc,
+		Exports:    exports,
 		Web:        web.Assets(),
 		Gatherer:   reg,
 		Registerer: reg,

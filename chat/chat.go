@@ -1,0 +1,490 @@
+package chat
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"gorm.io/gorm"
+
+	"github.com/ferry-io/ferry/errkind"
+	"github.com/ferry-io/ferry/models"
+)
+
+// Limits on what the chat API accepts.
+const (
+	MaxTitleLen     = 200      // characters
+	MaxBodyBytes    = 16 << 10 // bytes of UTF-8
+	MaxAttachments  = 20
+	DefaultPageSize = 100
+	MaxPageSize     = 1000
+)
+
+// Errors the service returns. Callers that never were members of a
+// conversation get ErrConversationNotFound, as if it did not exist.
+var (
+	ErrConversationNotFound = errkind.New(errkind.NotFound, "conversation_not_found", "no such conversation")
+	ErrNotMember            = errkind.New(errkind.Forbidden, "not_a_member", "you are not a member of this conversation")
+	ErrAlreadyMember        = errkind.New(errkind.Conflict, "already_member", "the user is already a member of this conversation")
+	ErrMemberNotFound       = errkind.New(errkind.NotFound, "member_not_found", "the user is not a member of this conversation")
+	ErrUserNotFound         = errkind.New(errkind.NotFound, "user_not_found", "no such active user")
+	ErrMessageNotFound      = errkind.New(errkind.NotFound, "message_not_found", "no such message")
+	ErrNotSender            = errkind.New(errkind.Forbidden, "not_sender", "only the sender or an admin may recall a message")
+	ErrNotSelf              = errkind.New(errkind.Forbidden, "not_self", "members may only remove themselves; admins may remove anyone")
+)
+
+// Files answers whether file ids belong to a user. The uploads feature
+// implements it; Owned returns an errkind.NotFound error naming the first
+// id that is not userID's.
+type Files interface {
+	Owned(ctx context.Context, userID string, fileIDs []string) error
+}
+
+// Actor is who performs a chat operation.
+type Actor struct {
+	ID    string
+	Admin bool
+}
+
+// Conversation is a conversation as a member sees it.
+type Conversation struct {
+	ID        string
+	Title     string
+	CreatedBy string
+	CreatedAt time.Time
+	// JoinGseq is the caller's latest join; Member says whether that
+	// interval is still open.
+	JoinGseq int64
+	Member   bool
+}
+
+// Message is one message as a reader may see it. A recalled message has
+// an empty Body and no Attachments.
+type Message struct {
+	Conversation string
+	Seq          int64
+	Gseq         int64
+	Sender       string
+	Body         string
+	Attachments  []string
+	Recalled     bool
+	SentAt       time.Time
+}
+
+// Options tune a Service.
+type Options struct {
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+	// BeforeCommit, when set, runs inside every write transaction after
+	// the gseq is allocated and the rows are written, just before the
+	// commit. Tests use it to hold transactions open for a random time.
+	BeforeCommit func()
+}
+
+// Service is the chat API. It is safe for concurrent use.
+type Service struct {
+	db    *gorm.DB
+	files Files
+	opts  Options
+}
+
+// New returns a Service over db. files checks attachment ownership.
+func New(db *gorm.DB, files Files, opts Options) *Service {
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	return &Service{db: db, files: files, opts: opts}
+}
+
+// write runs fn in a transaction that has allocated n gseqs; fn gets the
+// first. The counter is updated before anything is read, so the row lock
+// is taken first and every read in fn sees all earlier chat writes. On
+// MySQL the transaction runs at READ COMMITTED so those reads are current
+// rather than a snapshot from before the lock was granted.
+func (s *Service) write(ctx context.Context, n int64, fn func(tx *gorm.DB, first int64) error) error {
+	return writeTx(ctx, s.db, n, func(tx *gorm.DB, first int64) error {
+		if err := fn(tx, first); err != nil {
+			return err
+		}
+		if s.opts.BeforeCommit != nil {
+			s.opts.BeforeCommit()
+		}
+		return nil
+	})
+}
+
+func writeTx(ctx context.Context, db *gorm.DB, n int64, fn func(tx *gorm.DB, first int64) error) error {
+	var opts []*sql.TxOptions
+	if models.Dialect(db) == models.MySQL {
+		opts = append(opts, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	}
+	return db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		last, err := allocate(tx, n)
+		if err != nil {
+			return err
+		}
+		return fn(tx, last-n+1)
+	}, opts...)
+}
+
+// allocate reserves n gseqs in tx and returns the last of them. The UPDATE
+// holds the counter row's lock until tx ends.
+func allocate(tx *gorm.DB, n int64) (int64, error) {
+	if err := tx.Exec("UPDATE chat_counter SET value = value + ? WHERE id = 1", n).Error; err != nil {
+		return 0, fmt.Errorf("chat: allocate gseq: %w", err)
+	}
+	var v int64
+	if err := tx.Raw("SELECT value FROM chat_counter WHERE id = 1").Scan(&v).Error; err != nil {
+		return 0, fmt.Errorf("chat: read gseq: %w", err)
+	}
+	return v, nil
+}
+
+// Snapshot returns the counter's committed value: every chat write with a
+// gseq at or below it has committed, and every later one will get a larger
+// gseq. Call it inside the transaction that records what it is for.
+func Snapshot(ctx context.Context, db *gorm.DB) (int64, error) {
+	var v int64
+	if err := db.WithContext(ctx).Raw("SELECT value FROM chat_counter WHERE id = 1").Scan(&v).Error; err != nil {
+		return 0, fmt.Errorf("chat: snapshot: %w", err)
+	}
+	return v, nil
+}
+
+// CreateConversation creates a conversation with the actor as its first
+// member.
+func (s *Service) CreateConversation(ctx context.Context, actor Actor, title string) (Conversation, error) {
+	title = strings.TrimSpace(title)
+	if err := checkTitle(title); err != nil {
+		return Conversation{}, err
+	}
+	now := models.Time(s.opts.Now())
+	conv := models.Conversation{ID: models.NewID("cnv"), Title: title, CreatedBy: actor.ID, CreatedAt: now}
+	err := s.write(ctx, 1, func(tx *gorm.DB, g int64) error {
+		conv.CreatedGseq = g
+		if err := tx.Create(&conv).Error; err != nil {
+			return err
+		}
+		return tx.Create(&models.Membership{ConversationID: conv.ID, UserID: actor.ID, JoinGseq: g, AddedBy: actor.ID, CreatedAt: now}).Error
+	})
+	if err != nil {
+		return Conversation{}, fmt.Errorf("chat: create conversation: %w", err)
+	}
+	return Conversation{ID: conv.ID, Title: conv.Title, CreatedBy: conv.CreatedBy, CreatedAt: now, JoinGseq: conv.CreatedGseq, Member: true}, nil
+}
+
+func checkTitle(t string) error {
+	if t == "" || utf8.RuneCountInString(t) > MaxTitleLen || !utf8.ValidString(t) || strings.IndexFunc(t, unicode.IsControl) >= 0 {
+		return errkind.Invalidf("invalid_title", "title must be 1-%d characters without control characters", MaxTitleLen)
+	}
+	return nil
+}
+
+// Conversations lists the conversations the actor is or was a member of,
+// newest first.
+func (s *Service) Conversations(ctx context.Context, actor Actor) ([]Conversation, error) {
+	var rows []struct {
+		models.Conversation
+		JoinGseq  int64
+		OpenCount int64
+	}
+	err := s.db.WithContext(ctx).Raw(`SELECT c.*, MAX(m.join_gseq) AS join_gseq,
+			SUM(CASE WHEN m.leave_gseq IS NULL THEN 1 ELSE 0 END) AS open_count
+		FROM conversations c JOIN memberships m ON m.conversation_id = c.id
+		WHERE m.user_id = ?
+		GROUP BY c.id, c.title, c.created_by, c.created_gseq, c.last_seq, c.created_at
+		ORDER BY c.created_gseq DESC`, actor.ID).Scan(&rows).Error
+	if err != nil {
+		return nil, fmt.Errorf("chat: list conversations: %w", err)
+	}
+	out := make([]Conversation, len(rows))
+	for i, r := range rows {
+		out[i] = Conversation{ID: r.ID, Title: r.Title, CreatedBy: r.CreatedBy, CreatedAt: r.CreatedAt, JoinGseq: r.JoinGseq, Member: r.OpenCount > 0}
+	}
+	return out, nil
+}
+
+// membership reports whether userID is a member of conv now (open) and
+// whether they ever were. A missing conversation is never-member.
+func membership(tx *gorm.DB, conv, userID string) (open, ever bool, err error) {
+	var rows []struct{ LeaveGseq *int64 }
+	if err := tx.Raw("SELECT leave_gseq FROM memberships WHERE conversation_id = ? AND user_id = ?", conv, userID).Scan(&rows).Error; err != nil {
+		return false, false, err
+	}
+	for _, r := range rows {
+		if r.LeaveGseq == nil {
+			open = true
+		}
+	}
+	return open, len(rows) > 0, nil
+}
+
+// requireMember fails unless actor is a member of conv now.
+func requireMember(tx *gorm.DB, conv, actor string) error {
+	open, ever, err := membership(tx, conv, actor)
+	switch {
+	case err != nil:
+		return err
+	case !ever:
+		return ErrConversationNotFound
+	case !open:
+		return ErrNotMember
+	}
+	return nil
+}
+
+// AddMember adds userID to the conversation. Only a current member may
+// add someone. It returns the new interval's join gseq.
+func (s *Service) AddMember(ctx context.Context, actor Actor, conv, userID string) (int64, error) {
+	var join int64
+	err := s.write(ctx, 1, func(tx *gorm.DB, g int64) error {
+		if err := requireMember(tx, conv, actor.ID); err != nil {
+			return err
+		}
+		var n int64
+		if err := tx.Model(&models.User{}).Where("id = ? AND active = ?", userID, true).Count(&n).Error; err != nil {
+			return err
+		}
+		if n == 0 {
+			return ErrUserNotFound
+		}
+		open, _, err := membership(tx, conv, userID)
+		if err != nil {
+			return err
+		}
+		if open {
+			return ErrAlreadyMember
+		}
+		join = g
+		return tx.Create(&models.Membership{ConversationID: conv, UserID: userID, JoinGseq: g, AddedBy: actor.ID, CreatedAt: models.Time(s.opts.Now())}).Error
+	})
+	if err != nil {
+		return 0, wrap("add member", err)
+	}
+	return join, nil
+}
+
+// RemoveMember ends userID's open membership interval. Members may remove
+// themselves (leave); admins may remove anyone. It returns the leave gseq.
+func (s *Service) RemoveMember(ctx context.Context, actor Actor, conv, userID string) (int64, error) {
+	var leave int64
+	err := s.write(ctx, 1, func(tx *gorm.DB, g int64) error {
+		if actor.Admin {
+			if err := conversationExists(tx, conv); err != nil {
+				return err
+			}
+		} else {
+			// A former member still sees the conversation, so they learn
+			// why they may not act rather than that it does not exist.
+			if _, ever, err := membership(tx, conv, actor.ID); err != nil {
+				return err
+			} else if !ever {
+				return ErrConversationNotFound
+			}
+			if actor.ID != userID {
+				return ErrNotSelf
+			}
+		}
+		res := tx.Model(&models.Membership{}).
+			Where("conversation_id = ? AND user_id = ? AND leave_gseq IS NULL", conv, userID).
+			Update("leave_gseq", g)
+		if res.Error != nil {
+			return res.Error
+		}
+		if res.RowsAffected == 0 {
+			return ErrMemberNotFound
+		}
+		leave = g
+		return nil
+	})
+	if err != nil {
+		return 0, wrap("remove member", err)
+	}
+	return leave, nil
+}
+
+func conversationExists(tx *gorm.DB, conv string) error {
+	var n int64
+	if err := tx.Model(&models.Conversation{}).Where("id = ?", conv).Count(&n).Error; err != nil {
+		return err
+	}
+	if n == 0 {
+		return ErrConversationNotFound
+	}
+	return nil
+}
+
+// Post adds a message from the actor, who must be a member now. Attachment
+// ids must name the actor's files.
+func (s *Service) Post(ctx context.Context, actor Actor, conv, body string, attachments []string) (Message, error) {
+	if err := checkMessage(body, attachments); err != nil {
+		return Message{}, err
+	}
+	if len(attachments) > 0 {
+		// Checked before the write transaction: the counter lock is held
+		// for as short a time as possible.
+		if err := s.files.Owned(ctx, actor.ID, attachments); err != nil {
+			return Message{}, err
+		}
+	}
+	now := models.Time(s.opts.Now())
+	msg := models.Message{ConversationID: conv, SenderID: actor.ID, Body: body, SentAt: now}
+	err := s.write(ctx, 1, func(tx *gorm.DB, g int64) error {
+		if err := requireMember(tx, conv, actor.ID); err != nil {
+			return err
+		}
+		if err := tx.Exec("UPDATE conversations SET last_seq = last_seq + 1 WHERE id = ?", conv).Error; err != nil {
+			return err
+		}
+		if err := tx.Raw("SELECT last_seq FROM conversations WHERE id = ?", conv).Scan(&msg.Seq).Error; err != nil {
+			return err
+		}
+		msg.Gseq = g
+		if err := tx.Create(&msg).Error; err != nil {
+			return err
+		}
+		for i, f := range attachments {
+			if err := tx.Create(&models.MessageAttachment{ConversationID: conv, Seq: msg.Seq, Position: i, FileID: f}).Error; err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return Message{}, wrap("post", err)
+	}
+	return Message{Conversation: conv, Seq: msg.Seq, Gseq: msg.Gseq, Sender: actor.ID, Body: body,
+		Attachments: append([]string{}, attachments...), SentAt: now}, nil
+}
+
+func checkMessage(body string, attachments []string) error {
+	if len(body) > MaxBodyBytes {
+		return errkind.New(errkind.TooLarge, "body_too_long", "a message body may have at most %d bytes", MaxBodyBytes)
+	}
+	if !utf8.ValidString(body) || strings.ContainsRune(body, 0) {
+		return errkind.Invalidf("invalid_body", "the body must be UTF-8 text without NUL characters")
+	}
+	if strings.TrimSpace(body) == "" && len(attachments) == 0 {
+		return errkind.Invalidf("empty_message", "a message needs a body or an attachment")
+	}
+	if len(attachments) > MaxAttachments {
+		return errkind.Invalidf("too_many_attachments", "a message may have at most %d attachments", MaxAttachments)
+	}
+	seen := map[string]bool{}
+	for _, f := range attachments {
+		if f == "" || len(f) > 40 || seen[f] {
+			return errkind.Invalidf("invalid_attachments", "attachments must be distinct file ids")
+		}
+		seen[f] = true
+	}
+	return nil
+}
+
+// alreadyRecalled ends a recall transaction without a new gseq.
+type alreadyRecalled struct{ gseq int64 }
+
+func (alreadyRecalled) Error() string { return "already recalled" }
+
+// Recall withdraws message seq of conv. The sender or an admin may recall;
+// recalling again is harmless and answers the first recall's gseq.
+func (s *Service) Recall(ctx context.Context, actor Actor, conv string, seq int64) (int64, error) {
+	var recall int64
+	err := s.write(ctx, 1, func(tx *gorm.DB, g int64) error {
+		var m models.Message
+		err := tx.Where("conversation_id = ? AND seq = ?", conv, seq).Take(&m).Error
+		if errors.Is(err, gorm.ErrRecordNotFound) {
+			return ErrMessageNotFound
+		}
+		if err != nil {
+			return err
+		}
+		if m.SenderID != actor.ID && !actor.Admin {
+			if visible, err := canSee(tx, actor.ID, m); err != nil {
+				return err
+			} else if !visible {
+				return ErrMessageNotFound
+			}
+			return ErrNotSender
+		}
+		var prev []int64
+		if err := tx.Raw("SELECT recall_gseq FROM recalls WHERE conversation_id = ? AND seq = ?", conv, seq).Scan(&prev).Error; err != nil {
+			return err
+		}
+		if len(prev) > 0 {
+			return alreadyRecalled{prev[0]}
+		}
+		recall = g
+		return tx.Create(&models.Recall{ConversationID: conv, Seq: seq, RecallGseq: g, RecalledBy: actor.ID, RecalledAt: models.Time(s.opts.Now())}).Error
+	})
+	var ar alreadyRecalled
+	if errors.As(err, &ar) {
+		return ar.gseq, nil
+	}
+	if err != nil {
+		return 0, wrap("recall", err)
+	}
+	return recall, nil
+}
+
+// canSee reports whether userID's membership intervals cover message m.
+func canSee(tx *gorm.DB, userID string, m models.Message) (bool, error) {
+	var n int64
+	err := tx.Model(&models.Membership{}).
+		Where("conversation_id = ? AND user_id = ? AND join_gseq <= ? AND (leave_gseq IS NULL OR leave_gseq > ?)", m.ConversationID, userID, m.Gseq, m.Gseq).
+		Count(&n).Error
+	return n > 0, err
+}
+
+// Messages returns what the actor can see of conv now: messages inside
+// their membership intervals with seq > after, oldest first, at most
+// limit of them (0 means DefaultPageSize).
+func (s *Service) Messages(ctx context.Context, actor Actor, conv string, after int64, limit int) ([]Message, error) {
+	if limit == 0 {
+		limit = DefaultPageSize
+	}
+	if limit < 0 || limit > MaxPageSize || after < 0 {
+		return nil, errkind.Invalidf("invalid_page", "limit must be 1-%d and after a non-negative seq", MaxPageSize)
+	}
+	ivs, err := Intervals(ctx, s.db, actor.ID, conv, 0)
+	if err != nil {
+		return nil, err
+	}
+	if len(ivs) == 0 {
+		return nil, ErrConversationNotFound
+	}
+	return ReadMessages(ctx, s.db, Range{Conversation: conv, Intervals: ivs[0].Intervals, FromSeq: after + 1, Limit: limit})
+}
+
+// wrap adds context to unclassified errors and leaves classified ones as
+// they are, so their client-safe detail stays intact.
+func wrap(op string, err error) error {
+	if errkind.KindOf(err) != nil {
+		return err
+	}
+	return fmt.Errorf("chat: %s: %w", op, err)
+}
+
+// CanSeeFile reports whether userID can currently see a message that
+// attaches fileID: one inside one of their membership intervals, not
+// recalled. The download proxy asks this on every request for a file the
+// user does not own, so leaving a conversation or a recall takes effect at
+// once.
+func (s *Service) CanSeeFile(ctx context.Context, userID, fileID string) (bool, error) {
+	var n int64
+	err := s.db.WithContext(ctx).Raw(`
+		SELECT COUNT(*) FROM message_attachments a
+		JOIN messages m ON m.conversation_id = a.conversation_id AND m.seq = a.seq
+		JOIN memberships ms ON ms.conversation_id = a.conversation_id AND ms.user_id = ?
+			AND m.gseq >= ms.join_gseq AND (ms.leave_gseq IS NULL OR m.gseq < ms.leave_gseq)
+		LEFT JOIN recalls r ON r.conversation_id = a.conversation_id AND r.seq = a.seq
+		WHERE a.file_id = ? AND r.seq IS NULL`, userID, fileID).Scan(&n).Error
+	if err != nil {
+		return false, fmt.Errorf("chat: can see file: %w", err)
+	}
+	return n > 0, nil
+}

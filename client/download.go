@@ -1,0 +1,273 @@
+package client
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	neturl "net/url"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+// DownloadOptions tune Download.
+type DownloadOptions struct {
+	// Attempts bounds reconnections after a cut transfer (default 8).
+	Attempts int
+	// Progress receives the "download" phase.
+	Progress ProgressFunc
+}
+
+// DownloadResult describes a finished download.
+type DownloadResult struct {
+	Path   string
+	Size   int64
+	SHA256 string
+	// ResumedFrom is the offset the first request resumed at (0: from the
+	// start).
+	ResumedFrom int64
+	// Restarted is true when the server sent the whole resource where a
+	// range was asked for (it changed), so the partial file was discarded.
+	Restarted bool
+}
+
+// ErrChecksum means the downloaded bytes do not match the resource's
+// SHA-256; the partial file is removed.
+var ErrChecksum = errors.New("ferry: downloaded bytes do not match the SHA-256")
+
+// partialMeta is kept beside a partial download: the validator that makes
+// a resumed range safe.
+type partialMeta struct {
+	ETag string `json:"etag"`
+	Size int64  `json:"size"`
+}
+
+var strongETag = regexp.MustCompile(`^"([0-9a-f]{64})"$`)
+
+// Download fetches url (a ferry download link, absolute or relative to the
+// server) into path. A partial download left by an earlier call is resumed
+// with Range and If-Range on its saved ETag; if the resource changed, the
+// server sends it whole and the partial bytes are dropped, never spliced.
+// The result is checked against the SHA-256 that the strong ETag carries.
+func (c *Client) Download(ctx context.Context, url, path string, opts DownloadOptions) (*DownloadResult, error) {
+	if opts.Attempts <= 0 {
+		opts.Attempts = 8
+	}
+	if strings.HasPrefix(url, "/") {
+		url = c.base + url
+	}
+	if u, err := neturl.Parse(url); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("ferry: %q is not a download link", url)
+	}
+	partPath, metaPath := path+".part", path+".part.json"
+	res := &DownloadResult{Path: path, ResumedFrom: -1}
+	var m *meter
+	var lastErr error
+	for attempt := 1; attempt <= opts.Attempts; attempt++ {
+		if attempt > 1 {
+			if err := c.sleep(ctx, Backoff(attempt-1)); err != nil {
+				return nil, err
+			}
+		}
+		done, err := c.downloadOnce(ctx, url, partPath, metaPath, res, &m, opts)
+		if done {
+			break
+		}
+		if err == nil {
+			continue
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		var fe *Error
+		if errors.As(err, &fe) && fe.Status < 500 && fe.Status != http.StatusTooManyRequests {
+			return nil, err // 403, 404, 410: retrying will not help
+		}
+		if errors.Is(err, ErrChecksum) {
+			return nil, err
+		}
+		lastErr = err
+		if attempt == opts.Attempts {
+			return nil, fmt.Errorf("ferry: download failed after %d attempts: %w", opts.Attempts, lastErr)
+		}
+	}
+	m.finish()
+
+	meta, _ := readMeta(metaPath)
+	sum, err := fileSHA256(partPath)
+	if err != nil {
+		return nil, err
+	}
+	if want := strongETag.FindStringSubmatch(meta.ETag); want != nil && want[1] != sum {
+		os.Remove(partPath)
+		os.Remove(metaPath)
+		return nil, fmt.Errorf("%w: got %s, want %s", ErrChecksum, sum, want[1])
+	}
+	if err := os.Rename(partPath, path); err != nil {
+		return nil, err
+	}
+	os.Remove(metaPath)
+	res.SHA256, res.Size = sum, meta.Size
+	if res.ResumedFrom < 0 {
+		res.ResumedFrom = 0
+	}
+	return res, nil
+}
+
+// downloadOnce makes one request and appends what arrives. It reports
+// done once the partial file holds the whole resource.
+func (c *Client) downloadOnce(ctx context.Context, url, partPath, metaPath string, res *DownloadResult, m **meter, opts DownloadOptions) (bool, error) {
+	meta, metaErr := readMeta(metaPath)
+	have := int64(0)
+	if st, err := os.Stat(partPath); err == nil && metaErr == nil && meta.ETag != "" {
+		have = st.Size()
+	} else {
+		os.Remove(partPath)
+		os.Remove(metaPath)
+		meta = partialMeta{}
+	}
+	if meta.Size > 0 && have == meta.Size {
+		return true, nil
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return false, err
+	}
+	if have > 0 {
+		req.Header.Set("Range", "bytes="+strconv.FormatInt(have, 10)+"-")
+		req.Header.Set("If-Range", meta.ETag)
+	}
+	resp, err := c.data.Do(req)
+	if err != nil {
+		return false, err
+	}
+	defer resp.Body.Close()
+	if res.ResumedFrom < 0 {
+		res.ResumedFrom = 0
+		if resp.StatusCode == http.StatusPartialContent {
+			res.ResumedFrom = have
+		}
+	}
+
+	var f *os.File
+	switch resp.StatusCode {
+	case http.StatusOK:
+		// The whole resource: either we asked for it, or it changed since
+		// the partial was saved. Start over, never splice.
+		if have > 0 {
+			res.Restarted = true
+		}
+		meta = partialMeta{ETag: resp.Header.Get("ETag"), Size: resp.ContentLength}
+		if err := writeMeta(metaPath, meta); err != nil {
+			return false, err
+		}
+		if f, err = os.OpenFile(partPath, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644); err != nil {
+			return false, err
+		}
+		have = 0
+	case http.StatusPartialContent:
+		start, total, ok := parseContentRange(resp.Header.Get("Content-Range"))
+		if !ok || start != have || (meta.Size > 0 && total != meta.Size) || resp.Header.Get("ETag") != meta.ETag {
+			// Not the continuation we asked for: drop everything.
+			os.Remove(partPath)
+			os.Remove(metaPath)
+			return false, fmt.Errorf("ferry: server resumed at an unexpected range %q", resp.Header.Get("Content-Range"))
+		}
+		if f, err = os.OpenFile(partPath, os.O_WRONLY|os.O_APPEND, 0o644); err != nil {
+			return false, err
+		}
+	case http.StatusRequestedRangeNotSatisfiable:
+		// Our partial is as long as (or longer than) the resource: start
+		// again rather than guess.
+		os.Remove(partPath)
+		os.Remove(metaPath)
+		return false, errors.New("ferry: partial download does not fit the resource; restarting")
+	default:
+		return false, decodeError(resp)
+	}
+	defer f.Close()
+	if *m == nil {
+		*m = newMeter(opts.Progress, "download", meta.Size, have)
+	}
+	n, err := io.Copy(f, countingReader{resp.Body, *m})
+	if cerr := f.Sync(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return false, err
+	}
+	if meta.Size >= 0 && have+n < meta.Size {
+		return false, io.ErrUnexpectedEOF
+	}
+	return true, nil
+}
+
+func parseContentRange(v string) (start, total int64, ok bool) {
+	// bytes 100-199/1000
+	rest, found := strings.CutPrefix(v, "bytes ")
+	if !found {
+		return 0, 0, false
+	}
+	rng, tot, found := strings.Cut(rest, "/")
+	if !found {
+		return 0, 0, false
+	}
+	first, _, found := strings.Cut(rng, "-")
+	if !found {
+		return 0, 0, false
+	}
+	start, err1 := strconv.ParseInt(first, 10, 64)
+	total, err2 := strconv.ParseInt(tot, 10, 64)
+	return start, total, err1 == nil && err2 == nil
+}
+
+func readMeta(path string) (partialMeta, error) {
+	var m partialMeta
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return m, err
+	}
+	err = json.Unmarshal(b, &m)
+	return m, err
+}
+
+func writeMeta(path string, m partialMeta) error {
+	b, _ := json.Marshal(m)
+	return writeFileAtomic(path, b)
+}
+
+// writeFileAtomic writes via a temporary file and a rename, so a crash
+// leaves the old content or the new, never half of either.
+func writeFileAtomic(path string, b []byte) error {
+	tmp := path + ".tmp-" + randomHex(4)
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+func fileSHA256(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}

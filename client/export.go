@@ -1,0 +1,124 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"time"
+)
+
+// ExportOptions tune Export.
+type ExportOptions struct {
+	// NewIntent forgets a saved idempotency key and starts a new export.
+	NewIntent bool
+	// Progress receives the "export" and "download" phases.
+	Progress ProgressFunc
+	Attempts int
+}
+
+// ExportResult describes a finished export.
+type ExportResult struct {
+	JobID    string
+	Replayed bool // ferry answered with the job an earlier call created
+	Download *DownloadResult
+}
+
+// ErrExportFailed wraps the final state of an export that did not finish.
+var ErrExportFailed = errors.New("ferry: export did not complete")
+
+// exportIntent is kept beside the output file: the idempotency key of this
+// intent, so rerunning the command after any crash or Ctrl-C returns the
+// same export job instead of creating another.
+type exportIntent struct {
+	Scope string `json:"scope"`
+	Key   string `json:"idempotency_key"`
+	JobID string `json:"job_id,omitempty"`
+}
+
+type exportJSON struct {
+	JobID       string `json:"job_id"`
+	State       string `json:"state"`
+	Replayed    bool   `json:"replayed"`
+	DownloadURL string `json:"download_url"`
+	SHA256      string `json:"sha256"`
+	Bytes       int64  `json:"bytes"`
+}
+
+// IntentPath is where Export keeps the idempotency key for an output path.
+func IntentPath(out string) string { return out + ".ferry-export.json" }
+
+// Export creates (or resumes) an export of scope ("all" or "conv:<id>"),
+// waits for it, and downloads the artifact to out.
+func (c *Client) Export(ctx context.Context, scope, out string, opts ExportOptions) (*ExportResult, error) {
+	if opts.Attempts <= 0 {
+		opts.Attempts = 8
+	}
+	intentPath := IntentPath(out)
+	var in exportIntent
+	if b, err := os.ReadFile(intentPath); err == nil && !opts.NewIntent {
+		if json.Unmarshal(b, &in) != nil || in.Scope != scope {
+			in = exportIntent{}
+		}
+	}
+	if in.Key == "" {
+		in = exportIntent{Scope: scope, Key: "ferry-cli-" + randomHex(16)}
+		b, _ := json.MarshalIndent(in, "", "  ")
+		if err := writeFileAtomic(intentPath, b); err != nil {
+			return nil, fmt.Errorf("ferry: save export intent: %w", err)
+		}
+	}
+	var job exportJSON
+	err := c.withRetry(ctx, opts.Attempts, func() error {
+		_, err := c.call(ctx, http.MethodPost, "/exports", map[string]string{"scope": scope}, &job, "Idempotency-Key", in.Key)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if in.JobID != job.JobID {
+		in.JobID = job.JobID
+		b, _ := json.MarshalIndent(in, "", "  ")
+		writeFileAtomic(intentPath, b)
+	}
+	res := &ExportResult{JobID: job.JobID, Replayed: job.Replayed}
+
+	m := newMeter(opts.Progress, "export", 0, 0)
+	delay := 250 * time.Millisecond
+	// Poll until done. The create answer carries no link, so even an
+	// export that is already done is read once more for a fresh one.
+	for first := true; first || job.State != "done"; first = false {
+		switch job.State {
+		case "failed", "revoked", "expired":
+			return res, fmt.Errorf("%w: job %s is %s", ErrExportFailed, job.JobID, job.State)
+		}
+		if !first {
+			if err := c.sleep(ctx, delay); err != nil {
+				return res, err
+			}
+			delay = min(delay*2, 2*time.Second)
+		}
+		err := c.withRetry(ctx, opts.Attempts, func() error {
+			_, err := c.call(ctx, http.MethodGet, "/exports/"+job.JobID, nil, &job)
+			return err
+		})
+		if err != nil {
+			return res, err
+		}
+	}
+	m.finish()
+	if job.SHA256 != "" {
+		if sum, err := fileSHA256(out); err == nil && sum == job.SHA256 {
+			res.Download = &DownloadResult{Path: out, Size: job.Bytes, SHA256: sum}
+			return res, nil // already downloaded by an earlier run
+		}
+	}
+	dl, err := c.Download(ctx, job.DownloadURL, out, DownloadOptions{Progress: opts.Progress, Attempts: opts.Attempts})
+	if err != nil {
+		return res, err
+	}
+	res.Download = dl
+	return res, nil
+}

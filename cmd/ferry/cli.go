@@ -1,0 +1,359 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+	"golang.org/x/term"
+
+	"github.com/ferry-io/ferry/client"
+)
+
+// Exit codes of the client subcommands (upload, download, export). Scripts
+// may rely on them; they are listed in docs/cli.md.
+const (
+	exitAuth        = 3   // ferry refused the credentials or the link (401, 403)
+	exitNotFound    = 4   // the resource does not exist or is gone (404, 410)
+	exitRejected    = 5   // ferry refused the request or the upload/export failed (other 4xx, failed state)
+	exitUnavailable = 6   // network or server trouble outlasted the retries
+	exitInterrupted = 130 // Ctrl-C; rerun the same command to resume
+)
+
+// clientFlags are shared by the client subcommands.
+type clientFlags struct {
+	server string
+	token  string
+	json   bool
+	quiet  bool
+}
+
+func (f *clientFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.server, "server", os.Getenv("FERRY_URL"), "ferry's URL (default $FERRY_URL)")
+	fs.StringVar(&f.token, "token", os.Getenv("FERRY_TOKEN"), "API token (default $FERRY_TOKEN)")
+	fs.BoolVar(&f.json, "json", false, "print JSON lines (progress and result) for machines")
+	fs.BoolVar(&f.quiet, "quiet", false, "print only the result")
+}
+
+func (f *clientFlags) client() (*client.Client, error) {
+	if f.server == "" {
+		return nil, usageError{errors.New("no server: pass --server or set FERRY_URL")}
+	}
+	return client.New(f.server, f.token), nil
+}
+
+// clientExit maps a client error to an exit code.
+func clientExit(err error) int {
+	var fe *client.Error
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.Is(err, context.Canceled):
+		return exitInterrupted
+	case errors.As(err, &fe):
+		switch {
+		case fe.Status == http.StatusUnauthorized || fe.Status == http.StatusForbidden:
+			return exitAuth
+		case fe.Status == http.StatusNotFound || fe.Status == http.StatusGone:
+			return exitNotFound
+		case fe.Status < 500:
+			return exitRejected
+		}
+		return exitUnavailable
+	case errors.Is(err, client.ErrUploadFailed), errors.Is(err, client.ErrExportFailed), errors.Is(err, client.ErrChecksum):
+		return exitRejected
+	default:
+		var ue usageError
+		var pe *fs.PathError
+		switch {
+		case errors.As(err, &ue):
+			return exitUsage
+		case errors.As(err, &pe):
+			return exitFailure // a local file problem
+		}
+		return exitUnavailable
+	}
+}
+
+// interruptible returns a context cancelled by the first SIGINT/SIGTERM.
+// Work stops at the next safe point; everything already sent stays, so the
+// same command resumes. A second signal exits at once.
+func interruptible() (context.Context, func()) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-ctx.Done()
+		stop()
+	}()
+	return ctx, stop
+}
+
+// reporter renders progress: a bar on a terminal, plain lines otherwise,
+// JSON lines with --json.
+type reporter struct {
+	mu    sync.Mutex
+	out   io.Writer
+	mode  string // "bar", "lines", "json", "quiet"
+	label string
+	bar   *progressbar.ProgressBar
+	phase string
+	last  time.Time
+}
+
+func newReporter(out io.Writer, f clientFlags, label string) *reporter {
+	mode := "lines"
+	switch {
+	case f.json:
+		mode = "json"
+	case f.quiet:
+		mode = "quiet"
+	case isTerminal(out):
+		mode = "bar"
+	}
+	return &reporter{out: out, mode: mode, label: label}
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}
+
+func (r *reporter) progress(p client.Progress) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch r.mode {
+	case "json":
+		if time.Since(r.last) < 500*time.Millisecond && p.Done != p.Total && p.Phase == r.phase {
+			return
+		}
+		r.last, r.phase = time.Now(), p.Phase
+		json.NewEncoder(r.out).Encode(map[string]any{
+			"event": "progress", "file": r.label, "phase": p.Phase, "done": p.Done, "total": p.Total,
+			"rate": int64(p.Rate), "eta_seconds": p.ETA.Seconds(),
+		})
+	case "lines":
+		if time.Since(r.last) < 2*time.Second && p.Phase == r.phase && p.Done != p.Total {
+			return
+		}
+		r.last, r.phase = time.Now(), p.Phase
+		fmt.Fprintf(r.out, "%s: %s %s/%s %s/s eta %s\n", r.label, p.Phase, human(p.Done), human(p.Total), human(int64(p.Rate)), p.ETA.Round(time.Second))
+	case "bar":
+		if r.bar == nil || r.phase != p.Phase {
+			if r.bar != nil {
+				r.bar.Finish()
+				fmt.Fprintln(r.out)
+			}
+			r.phase = p.Phase
+			total := p.Total
+			if total <= 0 {
+				total = -1 // spinner
+			}
+			r.bar = progressbar.NewOptions64(total,
+				progressbar.OptionSetWriter(r.out),
+				progressbar.OptionSetDescription(fmt.Sprintf("%-8s %s", p.Phase, r.label)),
+				progressbar.OptionShowBytes(true),
+				progressbar.OptionShowCount(),
+				progressbar.OptionSetWidth(30),
+				progressbar.OptionThrottle(100*time.Millisecond),
+				progressbar.OptionSetPredictTime(true),
+				progressbar.OptionFullWidth(),
+			)
+		}
+		r.bar.Set64(p.Done)
+	}
+}
+
+func (r *reporter) done(result map[string]any, text string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.bar != nil {
+		r.bar.Finish()
+		fmt.Fprintln(r.out)
+		r.bar = nil
+	}
+	if r.mode == "json" {
+		result["event"] = "done"
+		json.NewEncoder(r.out).Encode(result)
+		return
+	}
+	fmt.Fprintln(r.out, text)
+}
+
+func (r *reporter) fail(err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.bar != nil {
+		r.bar.Exit()
+		fmt.Fprintln(r.out)
+		r.bar = nil
+	}
+	if r.mode == "json" {
+		m := map[string]any{"event": "error", "file": r.label, "error": err.Error(), "exit_code": clientExit(err)}
+		var fe *client.Error
+		if errors.As(err, &fe) {
+			m["code"], m["status"] = fe.Code, fe.Status
+		}
+		json.NewEncoder(r.out).Encode(m)
+	}
+}
+
+func human(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%dB", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit && exp < 4; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f%ciB", float64(n)/float64(div), "KMGTP"[exp])
+}
+
+// parseInterspersed parses flags that may come before or after the
+// positional arguments ("ferry upload a.bin --json b.bin").
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return pos, nil
+		}
+		pos = append(pos, args[0])
+		args = args[1:]
+	}
+}
+
+func cmdUpload(args []string, stdout, stderr io.Writer) (int, error) {
+	flags := flag.NewFlagSet("upload", flag.ContinueOnError)
+	flags.SetOutput(stderr)
+	var cf clientFlags
+	cf.register(flags)
+	concurrency := flags.Int("concurrency", 4, "parts in flight")
+	contentType := flags.String("type", "", "content type (default: from the extension)")
+	files, err := parseInterspersed(flags, args)
+	if err != nil {
+		return exitUsage, usageError{err}
+	}
+	if len(files) == 0 {
+		return exitUsage, usageError{errors.New("usage: ferry upload [--concurrency N] [--json] FILE...")}
+	}
+	c, err := cf.client()
+	if err != nil {
+		return exitUsage, err
+	}
+	ctx, stop := interruptible()
+	defer stop()
+	worst := exitOK
+	var firstErr error
+	for _, path := range files {
+		rep := newReporter(stdout, cf, path)
+		res, err := c.UploadFile(ctx, path, client.UploadOptions{Concurrency: *concurrency, ContentType: *contentType, Progress: rep.progress})
+		if err != nil {
+			rep.fail(err)
+			if firstErr == nil {
+				firstErr = fmt.Errorf("%s: %w", path, err)
+			}
+			worst = max(worst, clientExit(err))
+			if ctx.Err() != nil {
+				break
+			}
+			continue
+		}
+		how := "uploaded"
+		switch {
+		case res.Instant:
+			how = "already stored (instant upload)"
+		case res.Resumed:
+			how = fmt.Sprintf("resumed (%d parts sent, %d already there)", res.PartsSent, res.PartsSkipped)
+		}
+		rep.done(map[string]any{"file": path, "file_id": res.FileID, "upload_id": res.UploadID, "sha256": res.SHA256,
+			"size": res.Size, "instant": res.Instant, "resumed": res.Resumed, "parts_sent": res.PartsSent, "parts_skipped": res.PartsSkipped},
+			fmt.Sprintf("%s: %s as %s (%s, sha256 %s)", path, how, res.FileID, human(res.Size), res.SHA256))
+	}
+	return worst, firstErr
+}
+
+func cmdDownload(args []string, stdout, stderr io.Writer) (int, error) {
+	flags := flag.NewFlagSet("download", flag.ContinueOnError)
+	flags.SetOutput(stderr)
+	var cf clientFlags
+	cf.register(flags)
+	out := flags.String("o", "", "output file (required)")
+	pos, err := parseInterspersed(flags, args)
+	if err != nil {
+		return exitUsage, usageError{err}
+	}
+	if len(pos) != 1 || *out == "" {
+		return exitUsage, usageError{errors.New("usage: ferry download URL -o FILE")}
+	}
+	base := cf.server
+	if base == "" && !strings.HasPrefix(pos[0], "/") {
+		base = pos[0] // an absolute link needs no --server
+	}
+	if base == "" {
+		return exitUsage, usageError{errors.New("a relative link needs --server or FERRY_URL")}
+	}
+	c := client.New(base, cf.token)
+	ctx, stop := interruptible()
+	defer stop()
+	rep := newReporter(stdout, cf, *out)
+	res, err := c.Download(ctx, pos[0], *out, client.DownloadOptions{Progress: rep.progress})
+	if err != nil {
+		rep.fail(err)
+		return clientExit(err), err
+	}
+	how := "downloaded"
+	if res.ResumedFrom > 0 {
+		how = fmt.Sprintf("resumed at %s", human(res.ResumedFrom))
+	}
+	rep.done(map[string]any{"file": *out, "size": res.Size, "sha256": res.SHA256, "resumed_from": res.ResumedFrom, "restarted": res.Restarted},
+		fmt.Sprintf("%s: %s, %s, sha256 %s verified", *out, how, human(res.Size), res.SHA256))
+	return exitOK, nil
+}
+
+func cmdExport(args []string, stdout, stderr io.Writer) (int, error) {
+	flags := flag.NewFlagSet("export", flag.ContinueOnError)
+	flags.SetOutput(stderr)
+	var cf clientFlags
+	cf.register(flags)
+	scope := flags.String("scope", "all", `what to export: "all" or "conv:<id>"`)
+	out := flags.String("o", "", "output file (required)")
+	fresh := flags.Bool("new", false, "start a new export even if one for this output exists")
+	pos, err := parseInterspersed(flags, args)
+	if err != nil {
+		return exitUsage, usageError{err}
+	}
+	if len(pos) != 0 || *out == "" {
+		return exitUsage, usageError{errors.New("usage: ferry export --scope all -o FILE")}
+	}
+	c, err := cf.client()
+	if err != nil {
+		return exitUsage, err
+	}
+	ctx, stop := interruptible()
+	defer stop()
+	rep := newReporter(stdout, cf, *out)
+	res, err := c.Export(ctx, *scope, *out, client.ExportOptions{NewIntent: *fresh, Progress: rep.progress})
+	if err != nil {
+		rep.fail(err)
+		return clientExit(err), err
+	}
+	rep.done(map[string]any{"file": *out, "job_id": res.JobID, "replayed": res.Replayed, "size": res.Download.Size, "sha256": res.Download.SHA256},
+		fmt.Sprintf("%s: export %s, %s, sha256 %s verified", *out, res.JobID, human(res.Download.Size), res.Download.SHA256))
+	return exitOK, nil
+}

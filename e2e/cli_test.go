@@ -1,0 +1,386 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/md5"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// throttle is a TCP proxy to target that moves at most rate bytes per
+// second in each direction per connection: it makes an upload or download
+// last long enough to be interrupted at a chosen point.
+func throttle(t *testing.T, target string, rate int) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	t.Cleanup(func() { l.Close(); wg.Wait() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer c.Close()
+				u, err := net.Dial("tcp", target)
+				if err != nil {
+					return
+				}
+				defer u.Close()
+				done := make(chan struct{}, 2)
+				pipe := func(dst, src net.Conn) {
+					slowCopy(dst, src, rate)
+					if tc, ok := dst.(*net.TCPConn); ok {
+						tc.CloseWrite()
+					}
+					done <- struct{}{}
+				}
+				go pipe(u, c)
+				go pipe(c, u)
+				<-done
+				<-done
+			}()
+		}
+	}()
+	return l.Addr().String()
+}
+
+func slowCopy(dst io.Writer, src io.Reader, rate int) {
+	const tick = 20 * time.Millisecond
+	chunk := max(rate/int(time.Second/tick), 512)
+	buf := make([]byte, chunk)
+	for {
+		start := time.Now()
+		n, err := src.Read(buf)
+		if n > 0 {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+		time.Sleep(tick - time.Since(start))
+	}
+}
+
+// cli runs a ferry client command against f as the user with token.
+func cli(t *testing.T, f *Ferry, server, token string, args ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(ferryBinary(t), args...)
+	cmd.Env = append(cleanEnv(), "FERRY_URL="+server, "FERRY_TOKEN="+token)
+	cmd.Dir = t.TempDir()
+	return cmd
+}
+
+// jsonLines parses --json output, failing on any line that is not JSON.
+func jsonLines(t *testing.T, out []byte) []map[string]any {
+	t.Helper()
+	var recs []map[string]any
+	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		if l == "" {
+			continue
+		}
+		var m map[string]any
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatalf("--json printed a non-JSON line %q", l)
+		}
+		recs = append(recs, m)
+	}
+	return recs
+}
+
+func last(recs []map[string]any, event string) map[string]any {
+	for i := len(recs) - 1; i >= 0; i-- {
+		if recs[i]["event"] == event {
+			return recs[i]
+		}
+	}
+	return nil
+}
+
+// `ferry upload` killed with SIGKILL half-way resumes when the same command
+// runs again: it sends exactly the parts S3 does not hold with the right
+// bytes, and the file verifies.
+func TestCLIUploadKilledThenResumed(t *testing.T) {
+	s3Addr := testenvFree(t)
+	proxy := throttle(t, s3Addr, 24<<20) // 24 MiB/s per connection
+	f := Start(t, Options{Env: map[string]string{
+		"FERRY_S3_EMBEDDED_ADDR": s3Addr, "FERRY_S3_PUBLIC_ENDPOINT": "http://" + proxy, "FERRY_PART_SIZE": "5MiB",
+	}})
+	_, tok := f.CreateUser("carol", false)
+	dir := t.TempDir()
+	path, sum := writeRandomFile(t, dir, "dataset.bin", 60<<20+321) // 13 parts
+	data, _ := os.ReadFile(path)
+
+	first := cli(t, f, f.URL, tok, "upload", "--json", "--concurrency", "2", path)
+	stdout, _ := first.StdoutPipe()
+	if err := first.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(stdout)
+	killed := false
+	for sc.Scan() {
+		var m map[string]any
+		json.Unmarshal(sc.Bytes(), &m)
+		if m["phase"] == "upload" && m["done"].(float64) >= 20<<20 {
+			first.Process.Signal(syscall.SIGKILL)
+			killed = true
+			break
+		}
+	}
+	first.Wait()
+	if !killed {
+		t.Fatal("the upload finished before it could be killed")
+	}
+
+	// What S3 holds now, as ferry reports it; a part counts as held only
+	// with its full size and the MD5 of the local bytes.
+	var st struct {
+		UploadID  string `json:"upload_id"`
+		PartSize  int64  `json:"part_size"`
+		PartCount int    `json:"part_count"`
+		Parts     []partJSON
+	}
+	r := f.Do("GET", fmt.Sprintf("/uploads?sha256=%s&size=%d", sum, len(data)), tok, nil)
+	want(t, r, 200, "")
+	r.JSON(t, &st)
+	held := 0
+	for _, p := range st.Parts {
+		off := int64(p.PartNumber-1) * st.PartSize
+		end := min(off+st.PartSize, int64(len(data)))
+		h := md5.Sum(data[off:end])
+		if p.Size == end-off && normETag(p.ETag) == hex.EncodeToString(h[:]) {
+			held++
+		}
+	}
+	if held == 0 || held == st.PartCount {
+		t.Fatalf("after the kill S3 holds %d of %d parts; the test needs a partial upload", held, st.PartCount)
+	}
+
+	second := cli(t, f, f.URL, tok, "upload", "--json", path)
+	out, err := second.Output()
+	if err != nil {
+		t.Fatalf("rerun: %v\n%s", err, out)
+	}
+	done := last(jsonLines(t, out), "done")
+	if done == nil || done["resumed"] != true || done["sha256"] != sum {
+		t.Fatalf("rerun result: %v", done)
+	}
+	sent, skipped := int(done["parts_sent"].(float64)), int(done["parts_skipped"].(float64))
+	t.Logf("killed after %d of %d parts were in S3; the rerun sent %d and skipped %d", held, st.PartCount, sent, skipped)
+	if sent != st.PartCount-held || skipped != held {
+		t.Fatalf("rerun sent %d and skipped %d parts; want %d and %d", sent, skipped, st.PartCount-held, held)
+	}
+	var file struct{ SHA256 string }
+	f.Do("GET", "/files/"+done["file_id"].(string), tok, nil).JSON(t, &file)
+	if file.SHA256 != sum {
+		t.Fatalf("file sha256 %s, want %s", file.SHA256, sum)
+	}
+}
+
+func testenvFree(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// `ferry download` interrupted with Ctrl-C exits 130 and leaves a partial
+// file; the same command resumes it with a range request and verifies the
+// SHA-256.
+func TestCLIDownloadInterruptedThenResumed(t *testing.T) {
+	f := Start(t, Options{})
+	_, tok := f.CreateUser("dave", false)
+	dir := t.TempDir()
+	path, sum := writeRandomFile(t, dir, "report.bin", 24<<20+5)
+	up := cli(t, f, f.URL, tok, "upload", "--json", path)
+	out, err := up.Output()
+	if err != nil {
+		t.Fatalf("upload: %v %s", err, out)
+	}
+	fileID := last(jsonLines(t, out), "done")["file_id"].(string)
+	var file struct {
+		DownloadURL string `json:"download_url"`
+	}
+	f.Do("GET", "/files/"+fileID, tok, nil).JSON(t, &file)
+
+	slow := "http://" + throttle(t, strings.TrimPrefix(f.URL, "http://"), 8<<20)
+	target := filepath.Join(dir, "copy.bin")
+	first := cli(t, f, slow, tok, "download", file.DownloadURL, "-o", target)
+	var firstOut bytes.Buffer
+	first.Stdout = &firstOut
+	if err := first.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if st, err := os.Stat(target + ".part"); err == nil && st.Size() > 6<<20 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no partial download appeared")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	first.Process.Signal(os.Interrupt)
+	err = first.Wait()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 130 {
+		t.Fatalf("interrupted download: %v, want exit 130", err)
+	}
+	partial, _ := os.Stat(target + ".part")
+
+	second := cli(t, f, slow, tok, "download", "--json", file.DownloadURL, "-o", target)
+	out, err = second.Output()
+	if err != nil {
+		t.Fatalf("resume: %v\n%s", err, out)
+	}
+	done := last(jsonLines(t, out), "done")
+	if done == nil || done["sha256"] != sum || done["resumed_from"].(float64) <= 0 {
+		t.Fatalf("resume result %v", done)
+	}
+	t.Logf("interrupted at %d bytes; resumed from %v", partial.Size(), done["resumed_from"])
+	got, _ := os.ReadFile(target)
+	want, _ := os.ReadFile(path)
+	if !bytes.Equal(got, want) {
+		t.Fatal("the resumed download differs from the file")
+	}
+}
+
+// Running the same export command twice makes one export job.
+func TestCLIExportTwiceIsOneJob(t *testing.T) {
+	f := Start(t, Options{})
+	_, tok := f.CreateUser("erin", false)
+	var conv struct{ ID string }
+	f.Do("POST", "/conversations", tok, map[string]any{"title": "t"}).JSON(t, &conv)
+	for i := range 5 {
+		f.Do("POST", "/conversations/"+conv.ID+"/messages", tok, map[string]any{"body": fmt.Sprint("m", i)})
+	}
+	out := filepath.Join(t.TempDir(), "mine.jsonl.gz")
+	var jobs []string
+	for range 2 {
+		cmd := cli(t, f, f.URL, tok, "export", "--json", "--scope", "all", "-o", out)
+		b, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("export: %v\n%s\n%s", err, b, stderrOf(err))
+		}
+		jobs = append(jobs, last(jsonLines(t, b), "done")["job_id"].(string))
+	}
+	if jobs[0] != jobs[1] {
+		t.Fatalf("two runs made two jobs: %v", jobs)
+	}
+	var list struct {
+		Exports []json.RawMessage `json:"exports"`
+	}
+	f.Do("GET", "/exports", tok, nil).JSON(t, &list)
+	if len(list.Exports) != 1 {
+		t.Fatalf("%d exports exist, want 1", len(list.Exports))
+	}
+}
+
+// On a terminal `ferry upload` draws a live progress bar; piped, it prints
+// plain lines; with --json every line is JSON. The terminal session is
+// recorded under e2e/artifacts.
+func TestCLIProgressOutput(t *testing.T) {
+	if _, err := exec.LookPath("script"); err != nil {
+		t.Skip("script(1) is needed to give the command a terminal")
+	}
+	s3Addr := testenvFree(t)
+	proxy := throttle(t, s3Addr, 16<<20)
+	f := Start(t, Options{Env: map[string]string{"FERRY_S3_EMBEDDED_ADDR": s3Addr, "FERRY_S3_PUBLIC_ENDPOINT": "http://" + proxy}})
+	_, tok := f.CreateUser("frank", false)
+	dir := t.TempDir()
+
+	// A terminal: script(1) runs the command on a pseudo-terminal.
+	path, _ := writeRandomFile(t, dir, "tty.bin", 24<<20)
+	cmdline := fmt.Sprintf("%s upload --concurrency 1 %s", ferryBinary(t), path)
+	tty := exec.Command("script", "-qfec", cmdline, "/dev/null")
+	tty.Env = append(cleanEnv(), "FERRY_URL="+f.URL, "FERRY_TOKEN="+tok, "COLUMNS=100", "TERM=xterm")
+	rec, err := tty.CombinedOutput()
+	if err != nil {
+		t.Fatalf("tty upload: %v\n%s", err, rec)
+	}
+	os.MkdirAll("artifacts", 0o755)
+	os.WriteFile(filepath.Join("artifacts", "cli-upload-tty.txt"), rec, 0o644)
+	frames := strings.Count(string(rec), "\r")
+	if frames < 5 || !strings.Contains(string(rec), "%") || !strings.Contains(string(rec), "upload") || !strings.Contains(string(rec), "MB/s") && !strings.Contains(string(rec), "/s") {
+		t.Fatalf("no live progress bar on the terminal (%d redraws):\n%q", frames, rec)
+	}
+	t.Logf("terminal recording: %d redraws, last line %q", frames, lastLine(string(rec)))
+
+	// A pipe: plain lines, no carriage returns.
+	path2, _ := writeRandomFile(t, dir, "pipe.bin", 12<<20)
+	out, err := cli(t, f, f.URL, tok, "upload", path2).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(out), "\r") || !strings.Contains(string(out), "pipe.bin: upload") || !strings.Contains(string(out), "uploaded as fil_") {
+		t.Fatalf("piped output is not line-based:\n%s", out)
+	}
+	// --json: every line parses and the last says done.
+	path3, _ := writeRandomFile(t, dir, "json.bin", 6<<20)
+	out, err = cli(t, f, f.URL, tok, "upload", "--json", path3).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs := jsonLines(t, out)
+	if recs[len(recs)-1]["event"] != "done" || last(recs, "progress") == nil {
+		t.Fatalf("--json output: %s", out)
+	}
+
+	// Exit codes scripts rely on.
+	for _, c := range []struct {
+		args []string
+		tok  string
+		code int
+	}{
+		{[]string{"upload", path3}, "fry_wrong", 3},
+		{[]string{"upload", filepath.Join(dir, "missing.bin")}, tok, 1},
+		{[]string{"upload"}, tok, 2},
+		{[]string{"download", f.URL + "/download/fil_nothing?u=x&exp=1&kid=k&sig=s", "-o", filepath.Join(dir, "x")}, tok, 3},
+	} {
+		err := cli(t, f, f.URL, c.tok, c.args...).Run()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		}
+		if code != c.code {
+			t.Errorf("ferry %v: exit %d, want %d", c.args, code, c.code)
+		}
+	}
+}
+
+func lastLine(s string) string {
+	s = strings.TrimRight(s, "\r\n")
+	if i := strings.LastIndexAny(s, "\r\n"); i >= 0 {
+		return s[i+1:]
+	}
+	return s
+}
+
+func stderrOf(err error) string {
+	if ee, ok := err.(*exec.ExitError); ok {
+		return string(ee.Stderr)
+	}
+	return ""
+}

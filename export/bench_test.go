@@ -1,0 +1,172 @@
+package export
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ferry-io/ferry/chat"
+	"github.com/ferry-io/ferry/internal/testenv"
+	"github.com/ferry-io/ferry/jobs"
+	"github.com/ferry-io/ferry/models"
+	"github.com/ferry-io/ferry/users"
+)
+
+// BenchmarkExportScale exports a seeded chat history (default 1,000,000
+// messages, FERRY_BENCH_MESSAGES to change) and, in the same run, scans
+// the same rows with one plain SELECT. Each runs in its own child process,
+// so its peak RSS is its own; the S3 server stays in this process. Run it
+// once, without -race:
+//
+//	go test -run '^$' -bench BenchmarkExportScale -benchtime 1x ./export
+//
+// FERRY_BENCH_DB=sqlite runs it on SQLite instead of MariaDB.
+func BenchmarkExportScale(b *testing.B) {
+	n := 1_000_000
+	if v := os.Getenv("FERRY_BENCH_MESSAGES"); v != "" {
+		n, _ = strconv.Atoi(v)
+	}
+	dialect := models.MySQL
+	if os.Getenv("FERRY_BENCH_DB") == models.SQLite {
+		dialect = models.SQLite
+	}
+	db := testenv.NewDB(b, dialect)
+	store := testenv.Store(b)
+	ctx := context.Background()
+	us := users.New(db.DB, time.Now, time.Hour)
+	var ids []string
+	for i := range 12 {
+		u, _, err := us.Create(ctx, fmt.Sprintf("bench%d", i), false)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ids = append(ids, u.ID)
+	}
+	start := time.Now()
+	rep, err := chat.Seed(ctx, db.DB, chat.SeedOptions{Users: ids, Conversations: 20, Messages: n, Seed: 1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	seeded := time.Since(start)
+	b.Logf("seeded %d messages in 20 conversations (%d joins, %d leaves, %d recalls) in %s: %.0f messages/s",
+		rep.Messages, rep.Joins, rep.Leaves, rep.Recalls, seeded.Round(time.Millisecond), float64(rep.Messages)/seeded.Seconds())
+
+	q := jobs.NewQueue(db.DB, time.Now)
+	svc := New(db.DB, store, q, testSigner, Options{})
+	// The first seeded user is in every conversation from its start and
+	// never leaves: the export covers every message.
+	v, _, err := svc.Create(ctx, ids[0], "bench", Request{Scope: "all"})
+	if err != nil {
+		b.Fatal(err)
+	}
+
+	srv := testenv.S3(b)
+	child := func(mode string) (map[string]float64, float64) {
+		b.Helper()
+		cmd := exec.Command(os.Args[0], "-test.run=^TestBenchChild$", "-test.v")
+		cmd.Env = append(os.Environ(), "FERRY_BENCH_CHILD="+mode, "FERRY_EXPORT_CHILD_DIALECT="+db.Dialect, "FERRY_EXPORT_CHILD_DSN="+db.DSN,
+			"FERRY_EXPORT_CHILD_BUCKET="+store.Bucket(), "FERRY_EXPORT_CHILD_ID="+v.ID,
+			"FERRY_TEST_S3_ENDPOINT="+srv.Endpoint, "FERRY_TEST_S3_ACCESS_KEY="+srv.AccessKey, "FERRY_TEST_S3_SECRET_KEY="+srv.SecretKey)
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Run(); err != nil {
+			b.Fatalf("%s child: %v\n%s", mode, err, out.String())
+		}
+		res := map[string]float64{}
+		sc := bufio.NewScanner(&out)
+		for sc.Scan() {
+			if f := strings.Fields(sc.Text()); len(f) == 3 && f[0] == "RESULT" {
+				res[f[1]], _ = strconv.ParseFloat(f[2], 64)
+			}
+		}
+		rss := float64(cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss) / 1024 // KiB on Linux
+		return res, rss
+	}
+	scan, scanRSS := child("scan")
+	exp, expRSS := child("export")
+
+	var x models.Export
+	db.Where("id = ?", v.ID).Take(&x)
+	if x.State != StateDone || *x.MessageCount != int64(scan["rows"]) {
+		b.Fatalf("export %s with %v messages; the scan saw %v rows", x.State, x.MessageCount, scan["rows"])
+	}
+	expRate := float64(*x.MessageCount) / exp["seconds"]
+	scanRate := scan["rows"] / scan["seconds"]
+	b.ReportMetric(expRate, "export-msgs/s")
+	b.ReportMetric(expRSS, "export-peak-RSS-MiB")
+	b.ReportMetric(scanRate, "scan-msgs/s")
+	b.ReportMetric(scanRSS, "scan-peak-RSS-MiB")
+	b.Logf("%s: export of %d messages in %d shards: %.1fs, %.0f messages/s, artifact %.1f MiB, peak RSS %.0f MiB",
+		dialect, *x.MessageCount, *x.ShardCount, exp["seconds"], expRate, float64(*x.Bytes)/(1<<20), expRSS)
+	b.Logf("%s: plain SELECT of the same %d rows: %.1fs, %.0f rows/s, peak RSS %.0f MiB (the export takes %.1fx as long)",
+		dialect, int64(scan["rows"]), scan["seconds"], scanRate, scanRSS, exp["seconds"]/scan["seconds"])
+	if expRSS >= 256 {
+		b.Errorf("export worker peak RSS %.0f MiB, target < 256 MiB", expRSS)
+	}
+}
+
+// TestBenchChild is the child process of BenchmarkExportScale: "scan"
+// reads every message with one SELECT; "export" runs the export worker
+// until the export is done. Each prints RESULT lines.
+func TestBenchChild(t *testing.T) {
+	mode := os.Getenv("FERRY_BENCH_CHILD")
+	if mode == "" {
+		t.Skip("helper process for BenchmarkExportScale")
+	}
+	ctx := context.Background()
+	db, err := models.Open(ctx, os.Getenv("FERRY_EXPORT_CHILD_DIALECT"), os.Getenv("FERRY_EXPORT_CHILD_DSN"), testenv.Logger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	switch mode {
+	case "scan":
+		rows, err := db.Raw("SELECT conversation_id, seq, gseq, sender_id, body, sent_at FROM messages ORDER BY conversation_id, seq").Rows()
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for rows.Next() {
+			var conv, sender, body string
+			var seq, gseq int64
+			var sentAt time.Time
+			if err := rows.Scan(&conv, &seq, &gseq, &sender, &body, &sentAt); err != nil {
+				t.Fatal(err)
+			}
+			n++
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		fmt.Printf("RESULT rows %d\n", n)
+	case "export":
+		store := testenv.StoreFor(t, testenv.S3(t), os.Getenv("FERRY_EXPORT_CHILD_BUCKET"))
+		q := jobs.NewQueue(db, time.Now)
+		svc := New(db, store, q, testSigner, Options{Concurrency: 1, DeleteShards: true, Log: testenv.Logger(t)})
+		r := jobs.NewRunner(q, jobs.RunnerConfig{Lease: 30 * time.Second, Poll: 20 * time.Millisecond})
+		svc.Register(r)
+		rctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		go r.Run(rctx, time.Second)
+		id := os.Getenv("FERRY_EXPORT_CHILD_ID")
+		for deadline := time.Now().Add(30 * time.Minute); ; time.Sleep(20 * time.Millisecond) {
+			var state string
+			db.Model(&models.Export{}).Where("id = ?", id).Pluck("state", &state)
+			if state == StateDone {
+				break
+			}
+			if state == StateFailed || time.Now().After(deadline) {
+				t.Fatalf("export %s", state)
+			}
+		}
+	}
+	fmt.Printf("RESULT seconds %f\n", time.Since(start).Seconds())
+}

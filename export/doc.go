@@ -1,0 +1,45 @@
+// Package export turns a user's chat history into a downloadable artifact
+// in S3: idempotent, snapshot-consistent, deterministic and resumable after
+// a crash (design §4, X1–X3).
+//
+// # Creating an export (X1, X2)
+//
+// Create is keyed by the caller's Idempotency-Key: the same user, key and
+// canonical body give the same export; the same key with another body is
+// refused (422). The export row is the idempotency record, so a key lives
+// as long as its export. In the transaction that inserts the row, Create
+// reads the chat counter's committed value (the data snapshot, see package
+// chat) and copies the user's membership intervals that started at or
+// before it (the permission snapshot), and enqueues the job. Nothing
+// written later — messages, recalls, joins, leaves — changes what the
+// export contains.
+//
+// # Running it (X3)
+//
+// The worker (a jobs handler, so it is leased, heartbeated and fenced)
+// first persists a shard plan: per conversation in id order, the visible
+// messages in seq order, ShardSize messages per shard. Each shard is then
+// rendered as JSON Lines with sorted keys and no run-time values, its
+// SHA-256 recorded in the database and its bytes put at
+// exports/<id>/shards/<n>. A rerun verifies each recorded shard against its
+// object and skips it when they match; a missing or altered object is
+// regenerated, and a regenerated shard whose hash differs from the record
+// fails the export for good: the generator is not deterministic, and
+// papering over that would break byte-identical reruns.
+//
+// The artifact, exports/<id>/export.jsonl.gz, is the shards streamed in
+// order through gzip (no name, mtime 0, default level) into a multipart
+// upload while hashing, so memory stays flat whatever the size. Its SHA-256
+// and size are recorded with the state change to done and the
+// export.completed outbox row in one transaction, which also finishes the
+// job. Shard objects are deleted afterwards when configured.
+//
+// # After
+//
+// Get answers the state and, once done, a download link signed for
+// /download/<id> (served by the download proxy). Revoke (owner or admin)
+// makes an export revoked and deletes its objects. A periodic sweep expires
+// finished exports after the retention period, deletes what revoked,
+// expired and old failed exports left in the bucket, and fails exports
+// whose job ran out of attempts.
+package export

@@ -1,0 +1,475 @@
+package export
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"regexp"
+	"strings"
+	"time"
+
+	mysqldrv "github.com/go-sql-driver/mysql"
+	"github.com/prometheus/client_golang/prometheus"
+	"gorm.io/gorm"
+
+	"github.com/ferry-io/ferry/chat"
+	"github.com/ferry-io/ferry/errkind"
+	"github.com/ferry-io/ferry/jobs"
+	"github.com/ferry-io/ferry/models"
+	"github.com/ferry-io/ferry/s3store"
+)
+
+// Export states.
+const (
+	StateQueued  = "queued"
+	StateRunning = "running"
+	StateDone    = "done"
+	StateFailed  = "failed"
+	StateRevoked = "revoked"
+	StateExpired = "expired"
+)
+
+// Job kinds this package handles.
+const (
+	JobKind   = "export"
+	SweepKind = "export.sweep"
+)
+
+// MaxKeyLen is the longest accepted Idempotency-Key, in characters.
+const MaxKeyLen = 255
+
+// Errors the service returns.
+var (
+	ErrNotFound     = errkind.New(errkind.NotFound, "export_not_found", "no such export")
+	ErrMissingKey   = errkind.Invalidf("missing_idempotency_key", "send an Idempotency-Key header (a token or a quoted string of at most %d characters)", MaxKeyLen)
+	ErrInvalidKey   = errkind.Invalidf("invalid_idempotency_key", "the Idempotency-Key must be one token of visible ASCII or one RFC 8941 quoted string")
+	ErrKeyTooLong   = errkind.Invalidf("idempotency_key_too_long", "the Idempotency-Key may have at most %d characters", MaxKeyLen)
+	ErrKeyReused    = errkind.New(errkind.Unprocessable, "idempotency_key_reused", "this Idempotency-Key was used with a different request body")
+	ErrInvalidScope = errkind.Invalidf("invalid_scope", `scope must be "all" or "conv:<conversation id>"`)
+)
+
+// Storage is the object store an export writes to. *s3store.Store
+// implements it.
+type Storage interface {
+	Put(ctx context.Context, key string, body io.Reader, size int64, contentType string) error
+	Get(ctx context.Context, key string) (io.ReadCloser, error)
+	NewWriter(ctx context.Context, key, contentType string, partSize int) *s3store.Writer
+	DeletePrefix(ctx context.Context, prefix string) (int, error)
+	ListMultipartUploads(ctx context.Context, prefix string) ([]s3store.MultipartUpload, error)
+	AbortMultipart(ctx context.Context, key, uploadID string) error
+}
+
+// Signer signs download links. *presign.Signer implements it.
+type Signer interface {
+	Sign(path, resource, user string, ttl time.Duration) url.Values
+}
+
+// Hooks let tests stop or disturb a run at exact points. All are optional;
+// each gets the export's id.
+type Hooks struct {
+	// AfterShard runs after shard n is stored or verified. An error ends
+	// the run there as a retryable failure.
+	AfterShard func(id string, n int) error
+	// ShardWritten runs right after shard n's object was put (a write, as
+	// opposed to a verified skip).
+	ShardWritten func(id string, n int)
+	// Assembled runs after shard n has been streamed into the artifact.
+	// An error ends the run there.
+	Assembled func(id string, n int) error
+	// MutateShard, when set, replaces a freshly generated shard's bytes
+	// before they are hashed: a forced non-deterministic generator.
+	MutateShard func(id string, n int, b []byte) []byte
+}
+
+// Options configure a Service. Zero values take the defaults noted.
+type Options struct {
+	ShardSize    int           // messages per shard; 200
+	Retention    time.Duration // how long a finished artifact is kept; 168h
+	DeleteShards bool          // delete shard objects once the artifact is assembled
+	Concurrency  int           // exports one runner works on at once; 2
+	MaxAttempts  int           // runs before an export fails; 10
+	Backoff      func(attempt int) time.Duration
+	LinkTTL      time.Duration // lifetime of download links; 300s
+	PublicURL    string        // scheme://host that download links point at
+	PartSize     int           // multipart part size of the artifact; 8 MiB
+	SweepEvery   time.Duration // retention sweep interval; 1m
+	Now          func() time.Time
+	Log          *slog.Logger
+	Registerer   prometheus.Registerer // nil registers no metrics
+	Hooks        Hooks
+}
+
+// Service creates, runs and serves exports. It is safe for concurrent use.
+type Service struct {
+	db      *gorm.DB
+	store   Storage
+	queue   *jobs.Queue
+	signer  Signer
+	opts    Options
+	log     *slog.Logger
+	metrics *metrics
+}
+
+// New returns a Service.
+func New(db *gorm.DB, store Storage, queue *jobs.Queue, signer Signer, o Options) *Service {
+	if o.ShardSize <= 0 {
+		o.ShardSize = 200
+	}
+	if o.Retention <= 0 {
+		o.Retention = 168 * time.Hour
+	}
+	if o.Concurrency <= 0 {
+		o.Concurrency = 2
+	}
+	if o.MaxAttempts <= 0 {
+		o.MaxAttempts = 10
+	}
+	if o.Backoff == nil {
+		o.Backoff = jobs.Exponential(2*time.Second, 5*time.Minute)
+	}
+	if o.LinkTTL <= 0 {
+		o.LinkTTL = 300 * time.Second
+	}
+	if o.PartSize <= 0 {
+		o.PartSize = 8 << 20
+	}
+	if o.SweepEvery <= 0 {
+		o.SweepEvery = time.Minute
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	o.PublicURL = strings.TrimSuffix(o.PublicURL, "/")
+	return &Service{db: db, store: store, queue: queue, signer: signer, opts: o, log: o.Log, metrics: newMetrics(o.Registerer)}
+}
+
+// Register adds the export worker and the retention sweep to r.
+func (s *Service) Register(r *jobs.Runner) {
+	r.Handle(JobKind, s.Run, jobs.Options{Concurrency: s.opts.Concurrency, MaxAttempts: s.opts.MaxAttempts, Backoff: s.opts.Backoff})
+	r.Handle(SweepKind, s.Sweep, jobs.Options{Every: s.opts.SweepEvery, MaxAttempts: 1})
+}
+
+// ParseIdempotencyKey reads the Idempotency-Key header values: exactly one,
+// either a bare token of visible ASCII or an RFC 8941 quoted string, at
+// most MaxKeyLen characters once unquoted. "abc" and abc are the same key.
+func ParseIdempotencyKey(values []string) (string, error) {
+	if len(values) == 0 || (len(values) == 1 && strings.TrimSpace(values[0]) == "") {
+		return "", ErrMissingKey
+	}
+	if len(values) > 1 {
+		return "", ErrInvalidKey
+	}
+	v := strings.Trim(values[0], " \t")
+	var key string
+	if strings.HasPrefix(v, `"`) {
+		var b strings.Builder
+		closed := false
+		for i := 1; i < len(v); i++ {
+			c := v[i]
+			switch {
+			case closed:
+				return "", ErrInvalidKey // characters after the closing quote
+			case c == '\\':
+				if i+1 == len(v) || (v[i+1] != '"' && v[i+1] != '\\') {
+					return "", ErrInvalidKey
+				}
+				i++
+				b.WriteByte(v[i])
+			case c == '"':
+				closed = true
+			case c < 0x20 || c > 0x7e:
+				return "", ErrInvalidKey
+			default:
+				b.WriteByte(c)
+			}
+			if b.Len() > MaxKeyLen {
+				return "", ErrKeyTooLong
+			}
+		}
+		if !closed {
+			return "", ErrInvalidKey
+		}
+		key = b.String()
+	} else {
+		for i := 0; i < len(v); i++ {
+			if c := v[i]; c <= 0x20 || c > 0x7e || c == '"' || c == '\\' {
+				return "", ErrInvalidKey
+			}
+		}
+		key = v
+	}
+	switch {
+	case key == "":
+		return "", ErrMissingKey
+	case len(key) > MaxKeyLen:
+		return "", ErrKeyTooLong
+	}
+	return key, nil
+}
+
+// Request is the body of POST /exports.
+type Request struct {
+	Scope string `json:"scope"`
+}
+
+var convIDPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,40}$`)
+
+// parseScope validates a scope and returns the conversation it names, or
+// "" for all.
+func parseScope(scope string) (conv string, err error) {
+	if scope == "all" {
+		return "", nil
+	}
+	id, ok := strings.CutPrefix(scope, "conv:")
+	if !ok || !convIDPattern.MatchString(id) {
+		return "", ErrInvalidScope
+	}
+	return id, nil
+}
+
+// fingerprint is the SHA-256 of the canonical body: the request
+// re-marshalled, so whitespace and key order do not make a body "other".
+func fingerprint(r Request) string {
+	b, _ := json.Marshal(r)
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// View is an export as its owner sees it.
+type View struct {
+	ID          string
+	State       string
+	Scope       string
+	CreatedAt   time.Time
+	FinishedAt  *time.Time
+	ExpiresAt   *time.Time // when a done export's artifact will be deleted
+	Messages    *int64
+	SHA256      string
+	Bytes       int64
+	DownloadURL string // set when done
+	LinkExpires time.Time
+	Error       string // why it failed
+}
+
+// Create makes the export (userID, key) for req, or finds the one that
+// exists. It reports replayed=true when the export existed already.
+func (s *Service) Create(ctx context.Context, userID, key string, req Request) (View, bool, error) {
+	conv, err := parseScope(req.Scope)
+	if err != nil {
+		return View{}, false, err
+	}
+	fp := fingerprint(req)
+	// A concurrent request with the same key may insert first; then this
+	// one's insert hits the unique key and the retry finds that row.
+	for attempt := 1; ; attempt++ {
+		v, replayed, err := s.create(ctx, userID, key, fp, req.Scope, conv)
+		if err != nil && attempt < 5 && (models.IsDuplicate(err) || isDeadlock(err)) {
+			continue
+		}
+		return v, replayed, err
+	}
+}
+
+func (s *Service) create(ctx context.Context, userID, key, fp, scope, conv string) (View, bool, error) {
+	var e models.Export
+	replayed := false
+	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		err := tx.Where("user_id = ? AND idempotency_key = ?", userID, key).Take(&e).Error
+		if err == nil {
+			if e.Fingerprint != fp {
+				return ErrKeyReused
+			}
+			replayed = true
+			return nil
+		}
+		if !errors.Is(err, gorm.ErrRecordNotFound) {
+			return err
+		}
+		snap, err := chat.Snapshot(ctx, tx)
+		if err != nil {
+			return err
+		}
+		var ivs []chat.ConversationIntervals
+		if snap > 0 { // at 0 nothing was ever written, and AsOf 0 would mean "now"
+			if ivs, err = chat.Intervals(ctx, tx, userID, conv, snap); err != nil {
+				return err
+			}
+		}
+		if conv != "" && len(ivs) == 0 {
+			return chat.ErrConversationNotFound
+		}
+		now := models.Time(s.opts.Now())
+		e = models.Export{
+			ID: models.NewID("exp"), UserID: userID, IdempotencyKey: key, Fingerprint: fp, Scope: scope,
+			SnapshotGseq: snap, State: StateQueued, CreatedAt: now, UpdatedAt: now,
+		}
+		if err := tx.Create(&e).Error; err != nil {
+			return err
+		}
+		var perms []models.ExportPermission
+		for _, c := range ivs {
+			for _, iv := range c.Intervals {
+				p := models.ExportPermission{ExportID: e.ID, ConversationID: c.Conversation, JoinGseq: iv.Join}
+				if iv.Leave > 0 {
+					p.LeaveGseq = &iv.Leave
+				}
+				perms = append(perms, p)
+			}
+		}
+		if len(perms) > 0 {
+			if err := tx.CreateInBatches(perms, 500).Error; err != nil {
+				return err
+			}
+		}
+		_, err = s.queue.Enqueue(ctx, tx, jobs.Spec{Kind: JobKind, Key: e.ID, MaxAttempts: s.opts.MaxAttempts})
+		return err
+	})
+	if err != nil {
+		if errkind.KindOf(err) != nil || models.IsDuplicate(err) || isDeadlock(err) {
+			return View{}, false, err
+		}
+		return View{}, false, fmt.Errorf("export: create: %w", err)
+	}
+	if !replayed {
+		s.queue.Wake(JobKind)
+		s.log.InfoContext(ctx, "export created", "export_id", e.ID, "user_id", userID, "scope", scope, "snapshot_gseq", e.SnapshotGseq)
+	}
+	return s.view(e), replayed, nil
+}
+
+// isDeadlock reports a MySQL deadlock or lock wait timeout: the
+// transaction was rolled back and may simply be run again.
+func isDeadlock(err error) bool {
+	var me *mysqldrv.MySQLError
+	return errors.As(err, &me) && (me.Number == 1213 || me.Number == 1205)
+}
+
+// Get returns the caller's export. Someone else's is ErrNotFound.
+func (s *Service) Get(ctx context.Context, userID, id string) (View, error) {
+	e, err := s.load(ctx, s.db, id)
+	if err != nil {
+		return View{}, err
+	}
+	if e.UserID != userID {
+		return View{}, ErrNotFound
+	}
+	return s.view(e), nil
+}
+
+// List returns the caller's most recent exports, newest first.
+func (s *Service) List(ctx context.Context, userID string, limit int) ([]View, error) {
+	var rows []models.Export
+	if err := s.db.WithContext(ctx).Where("user_id = ?", userID).Order("created_at DESC, id").Limit(limit).Find(&rows).Error; err != nil {
+		return nil, fmt.Errorf("export: list: %w", err)
+	}
+	out := make([]View, len(rows))
+	for i, e := range rows {
+		out[i] = s.view(e)
+	}
+	return out, nil
+}
+
+func (s *Service) load(ctx context.Context, db *gorm.DB, id string) (models.Export, error) {
+	var e models.Export
+	err := db.WithContext(ctx).Where("id = ?", id).Take(&e).Error
+	if errors.Is(err, gorm.ErrRecordNotFound) {
+		return e, ErrNotFound
+	}
+	if err != nil {
+		return e, fmt.Errorf("export: load %s: %w", id, err)
+	}
+	return e, nil
+}
+
+func (s *Service) view(e models.Export) View {
+	v := View{ID: e.ID, State: e.State, Scope: e.Scope, CreatedAt: e.CreatedAt, FinishedAt: e.FinishedAt, Messages: e.MessageCount}
+	if e.Error != nil {
+		v.Error = *e.Error
+	}
+	if e.State == StateDone && e.SHA256 != nil && e.Bytes != nil {
+		v.SHA256, v.Bytes, v.ExpiresAt = *e.SHA256, *e.Bytes, e.ExpiresAt
+		path := "/download/" + e.ID
+		v.DownloadURL = s.opts.PublicURL + path + "?" + s.signer.Sign(path, e.ID, e.UserID, s.opts.LinkTTL).Encode()
+		v.LinkExpires = s.opts.Now().Add(s.opts.LinkTTL).UTC().Truncate(time.Second)
+	}
+	return v
+}
+
+// Revoke makes an export revoked and deletes its objects; downloads then
+// get 410. owner restricts it to that user's exports ("" for admins).
+// Revoking a revoked or expired export changes nothing.
+func (s *Service) Revoke(ctx context.Context, owner, id string) (View, error) {
+	e, err := s.load(ctx, s.db, id)
+	if err != nil {
+		return View{}, err
+	}
+	if owner != "" && e.UserID != owner {
+		return View{}, ErrNotFound
+	}
+	if e.State != StateRevoked && e.State != StateExpired {
+		now := models.Time(s.opts.Now())
+		res := s.db.WithContext(ctx).Model(&models.Export{}).
+			Where("id = ? AND state NOT IN ?", id, []string{StateRevoked, StateExpired}).
+			Updates(map[string]any{"state": StateRevoked, "updated_at": now})
+		if res.Error != nil {
+			return View{}, fmt.Errorf("export: revoke %s: %w", id, res.Error)
+		}
+		if res.RowsAffected == 1 {
+			s.metrics.finished.WithLabelValues(StateRevoked).Inc()
+			s.log.InfoContext(ctx, "export revoked", "export_id", id, "by_owner", owner != "")
+		}
+		// Best effort: the sweep deletes whatever this misses.
+		s.purge(ctx, id)
+	}
+	if e, err = s.load(ctx, s.db, id); err != nil {
+		return View{}, err
+	}
+	return s.view(e), nil
+}
+
+// Artifact is what the download proxy needs to serve an export.
+type Artifact struct {
+	ExportID string
+	UserID   string
+	State    string
+	Key      string // object key; empty unless done
+	SHA256   string
+	Bytes    int64
+	// FinishedAt is when the artifact was completed (its Last-Modified).
+	FinishedAt time.Time
+}
+
+// Artifact returns export id's artifact and state, for the download proxy,
+// which must answer 410 unless State is StateDone.
+func (s *Service) Artifact(ctx context.Context, id string) (Artifact, error) {
+	e, err := s.load(ctx, s.db, id)
+	if err != nil {
+		return Artifact{}, err
+	}
+	a := Artifact{ExportID: e.ID, UserID: e.UserID, State: e.State}
+	if e.State == StateDone && e.ArtifactKey != nil && e.SHA256 != nil && e.Bytes != nil {
+		a.Key, a.SHA256, a.Bytes = *e.ArtifactKey, *e.SHA256, *e.Bytes
+	}
+	if e.FinishedAt != nil {
+		a.FinishedAt = *e.FinishedAt
+	}
+	return a, nil
+}
+
+// Object keys.
+func prefix(id string) string          { return "exports/" + id + "/" }
+func shardPrefix(id string) string     { return prefix(id) + "shards/" }
+func shardKey(id string, n int) string { return fmt.Sprintf("%s%d", shardPrefix(id), n) }
+func artifactKey(id string) string     { return prefix(id) + "export.jsonl.gz" }
+
+// now is the clock, normalised for storage.
+func (s *Service) now() time.Time { return models.Time(s.opts.Now()) }
