@@ -8,6 +8,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -313,4 +314,55 @@ func TestBrowserUppy5Endpoint(t *testing.T) {
 	var res uppyResult
 	runBrowser(t, map[string]any{"scenario": "uppy5", "url": f.URL, "origin": origin, "token": tok, "file": path}, &res)
 	uppyUpload(t, f, tok, sum, res)
+}
+
+// Done-when 3 and 6: two quick clicks on "Create export" send the same
+// Idempotency-Key and make one job, which the page follows to done; the
+// test saves a screenshot of the exports page.
+func TestBrowserExportDoubleClick(t *testing.T) {
+	requireBrowser(t)
+	f := Start(t, Options{})
+	_, tok := f.CreateUser("alice", false)
+	var conv struct{ ID string }
+	f.Do("POST", "/conversations", tok, map[string]any{"title": "team"}).JSON(t, &conv)
+	for i := range 30 {
+		if r := f.Do("POST", "/conversations/"+conv.ID+"/messages", tok, map[string]any{"body": fmt.Sprintf("message %d", i)}); r.Status != 201 {
+			t.Fatalf("message: %d %s", r.Status, r.Body)
+		}
+	}
+	var res struct {
+		Keys     []string `json:"keys"`
+		Rows     []string `json:"rows"`
+		State    string   `json:"state"`
+		Download struct {
+			Name   string `json:"name"`
+			Bytes  int64  `json:"bytes"`
+			SHA256 string `json:"sha256"`
+		} `json:"download"`
+	}
+	runBrowser(t, map[string]any{"scenario": "ui-export", "url": f.URL, "token": tok}, &res)
+	if len(res.Keys) != 2 || res.Keys[0] == "" || res.Keys[0] != res.Keys[1] {
+		t.Fatalf("the two clicks sent Idempotency-Keys %q, want one key twice", res.Keys)
+	}
+	var list struct {
+		Exports []struct {
+			JobID string `json:"job_id"`
+			State string `json:"state"`
+		} `json:"exports"`
+	}
+	f.Do("GET", "/exports", tok, nil).JSON(t, &list)
+	if len(list.Exports) != 1 || len(res.Rows) != 1 || res.Rows[0] != list.Exports[0].JobID {
+		t.Fatalf("a double click made exports %+v (page shows %v), want one", list.Exports, res.Rows)
+	}
+	if res.State != "done" || list.Exports[0].State != "done" {
+		t.Fatalf("export ended %s", res.State)
+	}
+	var job struct {
+		SHA256 string `json:"sha256"`
+		Bytes  int64  `json:"bytes"`
+	}
+	f.Do("GET", "/exports/"+list.Exports[0].JobID, tok, nil).JSON(t, &job)
+	if res.Download.SHA256 != job.SHA256 || res.Download.Bytes != job.Bytes || res.Download.Bytes == 0 {
+		t.Fatalf("the page downloaded %+v, the export is %+v", res.Download, job)
+	}
 }

@@ -186,7 +186,16 @@ const scenarios = {
     await page.waitForTimeout(300)
     await shot(page, 'ui-exports.png')
     const ids = await page.locator('#exports-body tr').evaluateAll((trs) => trs.map((tr) => tr.dataset.export))
-    return { keys: posts, rows: ids, state: await row.getAttribute('data-state') }
+    // The download button fetches a fresh signed link and follows it
+    // (through ferry's download proxy).
+    const [dl] = await Promise.all([page.waitForEvent('download'), row.getByRole('button', { name: 'Download' }).click()])
+    const saved = join(mkdtempSync(join(tmpdir(), 'ferry-dl-')), 'export')
+    await dl.saveAs(saved)
+    const body = readFileSync(saved)
+    return {
+      keys: posts, rows: ids, state: await row.getAttribute('data-state'),
+      download: { name: dl.suggestedFilename(), bytes: body.length, sha256: createHash('sha256').update(body).digest('hex') },
+    }
   },
 
   // Done-when 4: unmodified Uppy 6 with companionEndpoint pointing at

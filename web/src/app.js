@@ -224,8 +224,6 @@ function endIntent(afterMs) {
   keyTimer = setTimeout(() => { exportKey = null }, afterMs)
 }
 
-const exportsKey = 'ferry.exports'
-const known = () => JSON.parse(localStorage.getItem(exportsKey) || '[]')
 const rows = new Map()
 
 $('export-scope').addEventListener('change', () => {
@@ -247,9 +245,7 @@ $('export-form').addEventListener('submit', async (ev) => {
   $('export-create').textContent = 'Creating…'
   try {
     const job = await ferry.createExport(scope, key)
-    const ids = known()
-    if (!ids.includes(job.job_id)) localStorage.setItem(exportsKey, JSON.stringify([job.job_id, ...ids].slice(0, 50)))
-    watchExport(job.job_id)
+    watchExport({ job_id: job.job_id, state: job.state, scope })
     endIntent(3000)
   } catch (err) {
     show($('export-error'), 'Could not create the export: ' + describe(err))
@@ -259,14 +255,31 @@ $('export-form').addEventListener('submit', async (ev) => {
   }
 })
 
-function loadExports() {
-  for (const id of known()) watchExport(id)
+async function loadExports() {
+  try {
+    const { exports } = await ferry.api('GET', '/exports')
+    for (const job of exports.reverse()) watchExport(job)
+  } catch (err) {
+    show($('export-error'), 'Could not list exports: ' + describe(err))
+  }
+}
+
+// download fetches a fresh signed link (they live minutes) and follows it.
+async function download(id) {
+  show($('export-error'))
+  try {
+    const job = await ferry.getExport(id)
+    if (!job.download_url) throw new Error('the export is ' + job.state)
+    location.assign(job.download_url)
+  } catch (err) {
+    show($('export-error'), 'Could not download the export: ' + describe(err))
+  }
 }
 
 function exportRow(id) {
   let r = rows.get(id)
   if (!r) {
-    r = { state: el('span', { class: 'state' }, '…'), scope: el('td'), created: el('td'), link: el('td') }
+    r = { state: el('span', { class: 'state' }, '…'), scope: el('td'), created: el('td'), link: el('td', { class: 'nowrap' }) }
     r.tr = el('tr', { 'data-export': id }, el('td', { class: 'mono' }, id), r.scope, r.created, el('td', {}, r.state), r.link)
     rows.set(id, r)
     $('exports-body').prepend(r.tr)
@@ -275,38 +288,38 @@ function exportRow(id) {
   return r
 }
 
-async function watchExport(id) {
-  const r = exportRow(id)
+function renderExport(r, job) {
+  r.tr.dataset.state = job.state
+  r.state.textContent = job.state
+  r.state.className = 'state ' + (job.state === 'done' ? 'success' : job.state)
+  r.scope.textContent = job.scope === 'all' ? 'All conversations' : job.scope
+  r.created.textContent = when(job.created_at)
+  if (job.state === 'done') {
+    const info = [job.messages != null ? job.messages + ' messages' : '', job.bytes ? bytes(job.bytes) : ''].filter(Boolean).join(' · ')
+    r.link.replaceChildren(el('button', { type: 'button', class: 'secondary', onclick: () => download(job.job_id) }, 'Download'), ' ' + info)
+  } else {
+    r.link.textContent = job.error || ''
+  }
+}
+
+// watchExport shows a job and follows it until it is done or failed.
+async function watchExport(job) {
+  const r = exportRow(job.job_id)
+  renderExport(r, job)
   if (r.watching) return
   r.watching = true
-  for (let i = 0; ; i++) {
-    let job
+  for (let i = 0; job.state === 'queued' || job.state === 'running' || job.created_at === undefined; i++) {
+    await new Promise((res) => setTimeout(res, i === 0 ? 200 : Math.min(1000 + i * 250, 5000)))
     try {
-      job = await ferry.getExport(id)
+      job = await ferry.getExport(job.job_id)
     } catch (err) {
-      if (err.status === 404) { r.tr.remove(); rows.delete(id); return }
-      r.state.textContent = 'unknown'
+      if (err.status === 404) { r.tr.remove(); rows.delete(job.job_id); return }
       r.link.textContent = describe(err)
-      await new Promise((res) => setTimeout(res, 5000))
       continue
     }
-    r.tr.dataset.state = job.state
-    r.state.textContent = job.state
-    r.state.className = 'state ' + (job.state === 'done' ? 'success' : job.state)
-    r.scope.textContent = job.scope
-    r.created.textContent = when(job.created_at)
-    if (job.state === 'done') {
-      r.link.replaceChildren(el('a', { href: job.download_url }, 'Download'), ' ' + bytes(job.bytes || 0))
-      r.watching = false
-      return
-    }
-    if (job.state !== 'queued' && job.state !== 'running') {
-      r.link.textContent = job.error || ''
-      r.watching = false
-      return
-    }
-    await new Promise((res) => setTimeout(res, Math.min(1000 + i * 250, 5000)))
+    renderExport(r, job)
   }
+  r.watching = false
 }
 
 boot()
