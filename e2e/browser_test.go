@@ -366,3 +366,86 @@ func TestBrowserExportDoubleClick(t *testing.T) {
 		t.Fatalf("the page downloaded %+v, the export is %+v", res.Download, job)
 	}
 }
+
+// nativeUpload uploads a file through the native API, as a CLI would, and
+// waits for it to verify.
+func nativeUpload(t *testing.T, f *Ferry, tok, path, sum string) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var up uploadJSON
+	r := f.Do("POST", "/uploads", tok, map[string]any{"file_name": filepath.Base(path), "size": len(data), "sha256": sum})
+	r.JSON(t, &up)
+	if r.Status != 201 {
+		t.Fatalf("init: %d %s", r.Status, r.Body)
+	}
+	nums := make([]int, up.PartCount)
+	for i := range nums {
+		nums[i] = i + 1
+	}
+	urls := f.presign(tok, up.UploadID, nums...)
+	for _, n := range nums {
+		part := data[int64(n-1)*up.PartSize : min(int64(n)*up.PartSize, int64(len(data)))]
+		if code, _, err := putPart(urls[fmt.Sprint(n)], bytes.NewReader(part), int64(len(part))); err != nil || code != 200 {
+			t.Fatalf("PUT part %d: %d %v", n, code, err)
+		}
+	}
+	if r := f.Do("POST", "/uploads/"+up.UploadID+"/complete", tok, nil); r.Status != 202 {
+		t.Fatalf("complete: %d %s", r.Status, r.Body)
+	}
+	waitUpload(t, f, tok, up.UploadID)
+}
+
+// The SDK through the UI: content someone else holds is proved and given
+// at once with no byte sent; Pause stops sending and Resume (from the
+// keyboard) finishes; a PUT that fails at the network is retried after the
+// 1 s backoff, and one refused with 403 is signed again.
+func TestBrowserSDKBehaviours(t *testing.T) {
+	f, tok, path, sum := browserSetup(t, nil, "second.bin", 48*mib)
+	known, knownSum := randomFile(t, "shared.bin", 12*mib+5)
+	_, bob := f.CreateUser("bob", false)
+	nativeUpload(t, f, bob, known, knownSum)
+
+	var res struct {
+		Instant struct {
+			Instant  string `json:"instant"`
+			Puts     int    `json:"puts"`
+			UploadID string `json:"uploadId"`
+		} `json:"instant"`
+		DuringPause int              `json:"duringPause"`
+		Attempts    map[string][]int `json:"attempts"`
+		Presigns    [][]int          `json:"presigns"`
+		UploadID    string           `json:"uploadId"`
+	}
+	runBrowser(t, map[string]any{"scenario": "ui-sdk", "url": f.URL, "token": tok, "file": path, "known": known, "s3": s3Addr(f)}, &res)
+	if res.Instant.Instant != "true" || res.Instant.Puts != 0 {
+		t.Fatalf("content bob holds: instant=%s after %d PUTs, want an instant file after a proof", res.Instant.Instant, res.Instant.Puts)
+	}
+	var files struct {
+		Files []struct{ SHA256 string } `json:"files"`
+	}
+	f.Do("GET", "/files", tok, nil).JSON(t, &files)
+	if len(files.Files) != 2 {
+		t.Fatalf("alice has %d files, want the proved one and the uploaded one", len(files.Files))
+	}
+	if res.DuringPause != 0 {
+		t.Fatalf("%d PUTs started while paused", res.DuringPause)
+	}
+	if a := res.Attempts["2"]; len(a) < 2 || a[1]-a[0] < 1000 {
+		t.Fatalf("part 2 attempts at %v ms, want a retry after at least 1 s", a)
+	}
+	signed3 := 0
+	for _, batch := range res.Presigns {
+		for _, n := range batch {
+			if n == 3 {
+				signed3++
+			}
+		}
+	}
+	if len(res.Attempts["3"]) < 2 || signed3 < 2 {
+		t.Fatalf("part 3: %d attempts, signed %d times; want it signed again after the 403", len(res.Attempts["3"]), signed3)
+	}
+	verified(t, f, tok, res.UploadID, sum)
+}

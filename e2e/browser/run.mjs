@@ -169,6 +169,53 @@ const scenarios = {
     }
   },
 
+  // The SDK's behaviours through the UI: instant upload after a proof of
+  // possession (someone else holds the content), pause and resume, a
+  // failed PUT retried after a backoff, and a refused URL signed again.
+  async 'ui-sdk'({ page }) {
+    await signIn(page)
+    const puts = countPuts(page)
+    // The proof: nothing is PUT, the file exists at once.
+    await page.locator('#file-input').setInputFiles(cfg.known)
+    const known = await uploadRow(page)
+    await waitFinal(known, 60000)
+    const instant = { instant: await known.getAttribute('data-instant'), puts: puts.length, uploadId: await known.getAttribute('data-upload-id') }
+
+    // Part 2's first PUT fails at the network, part 3's first is refused
+    // with 403 as an expired URL would be.
+    const attempts = {}
+    const presigns = []
+    page.on('request', (r) => {
+      if (r.method() === 'POST' && /\/uploads\/[^/]+\/presign$/.test(new URL(r.url()).pathname)) presigns.push(JSON.parse(r.postData()).part_numbers)
+    })
+    await page.route((u) => u.href.startsWith(cfg.s3), async (route) => {
+      const n = Number(new URL(route.request().url()).searchParams.get('partNumber'))
+      const seen = (attempts[n] = attempts[n] || []).push(Date.now())
+      if (n === 2 && seen === 1) return route.abort('connectionreset')
+      if (n === 3 && seen === 1) {
+        return route.fulfill({ status: 403, headers: { 'Access-Control-Allow-Origin': '*' }, body: '<Error><Code>AccessDenied</Code><Message>Request has expired</Message></Error>' })
+      }
+      return route.continue()
+    })
+    await throttle(page, 8 * MiB)
+    await page.locator('#file-input').setInputFiles(cfg.file)
+    const row = page.locator('#uploads li').first()
+    await until('the second upload to start', async () => (await row.getAttribute('data-upload-id')) !== instant.uploadId &&
+      (await row.getAttribute('data-state')) === 'uploading' && Number(await row.getAttribute('data-parts')) >= 1, 120000, 20)
+    await row.getByRole('button', { name: 'Pause' }).click()
+    await until('the pause', async () => (await row.getAttribute('data-state')) === 'paused', 5000, 20)
+    const atPause = puts.length
+    await page.waitForTimeout(2000)
+    const duringPause = puts.length - atPause
+    await shot(page, 'ui-paused.png')
+    await row.getByRole('button', { name: 'Resume' }).focus()
+    await page.keyboard.press('Enter')
+    await waitFinal(row, 240000)
+    return {
+      instant, duringPause, attempts, presigns, uploadId: await row.getAttribute('data-upload-id'),
+    }
+  },
+
   // Done-when 3 and 6: a double click on "Create export" makes one job;
   // the exports page is photographed once it is done.
   async 'ui-export'({ page }) {

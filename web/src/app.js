@@ -156,8 +156,10 @@ function startUpload(file) {
     pause.textContent = s === 'paused' ? 'Resume' : 'Pause'
     pause.hidden = !(s === 'uploading' || s === 'paused')
     cancel.hidden = ['success', 'failed', 'cancelled', 'error'].includes(s)
+    if (s === 'paused') speed.textContent = 'paused: parts in flight are sent again on resume'
     if (s === 'merging') speed.textContent = 'verifying the whole file…'
     if (s === 'success') {
+      item.dataset.instant = up.result.instant ? 'true' : 'false'
       speed.textContent = up.result.instant ? 'already stored: no bytes sent' : 'verified'
       if (!$('files').hidden) loadFiles()
     }
