@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -229,7 +230,8 @@ func TestBrowserUploadThroughUI(t *testing.T) {
 
 // Done-when 2: the page is reloaded in the middle of an upload and the
 // same file chosen again: only the parts S3 lacks are sent (counted at the
-// browser's network layer), and the file verifies.
+// browser's network layer), and the file verifies. A part S3 lists with
+// other bytes (as a PUT cut mid-way can leave) counts as missing.
 func TestBrowserResumeAfterReload(t *testing.T) {
 	f, tok, path, sum := browserSetup(t, nil, "archive.bin", 64*mib)
 	var res struct {
@@ -239,6 +241,7 @@ func TestBrowserResumeAfterReload(t *testing.T) {
 		Listed    []int  `json:"listed"`
 		Intact    []int  `json:"intact"`
 		Puts      []int  `json:"puts"`
+		Damaged   int    `json:"damaged"`
 	}
 	runBrowser(t, map[string]any{"scenario": "ui-resume", "url": f.URL, "token": tok, "file": path, "s3": s3Addr(f)}, &res)
 	t.Logf("before the reload's re-select S3 listed parts %v (%d intact) of %d; after it the page sent %v",
@@ -264,6 +267,9 @@ func TestBrowserResumeAfterReload(t *testing.T) {
 		if !intact[n] && !sent[n] {
 			t.Fatalf("missing part %d was never sent", n)
 		}
+	}
+	if !slices.Contains(res.Listed, res.Damaged) || intact[res.Damaged] || !sent[res.Damaged] {
+		t.Fatalf("part %d, listed with other bytes, was not sent again", res.Damaged)
 	}
 	if len(res.Puts) != res.PartCount-len(res.Intact) {
 		t.Fatalf("sent %d PUTs for %d missing parts", len(res.Puts), res.PartCount-len(res.Intact))
