@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"mime/multipart"
 	"net/http"
 	"net/url"
 	"strings"
@@ -521,25 +520,9 @@ func TestObjectReaderExpectedSpans(t *testing.T) {
 	}
 }
 
-// postForm sends a browser-style multipart/form-data POST: the policy's
-// fields first, then the file.
 func postForm(t *testing.T, pol s3store.PostPolicy, fields map[string]string, file []byte) (int, string) {
 	t.Helper()
-	var buf bytes.Buffer
-	w := multipart.NewWriter(&buf)
-	for k, v := range fields {
-		w.WriteField(k, v)
-	}
-	fw, _ := w.CreateFormFile("file", "photo.jpg")
-	fw.Write(file)
-	w.Close()
-	resp, err := http.Post(pol.URL, w.FormDataContentType(), &buf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	return testenv.PostForm(t, pol.URL, fields, file)
 }
 
 // A signed POST policy lets a browser form upload exactly the object it

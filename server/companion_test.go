@@ -6,8 +6,6 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"io"
-	"mime/multipart"
-	"net/http"
 	"net/url"
 	"strings"
 	"testing"
@@ -312,21 +310,12 @@ func TestCompanionParams(t *testing.T) {
 		}
 		data := make([]byte, 700<<10)
 		rand.Read(data)
-		var buf bytes.Buffer
-		w := multipart.NewWriter(&buf)
+		form := map[string]string{}
 		for k, v := range fields {
-			w.WriteField(k, v.(string))
+			form[k] = v.(string)
 		}
-		fw, _ := w.CreateFormFile("file", "photo.jpg")
-		fw.Write(data)
-		w.Close()
-		resp, err := http.Post(m["url"].(string), w.FormDataContentType(), &buf)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != 201 {
-			t.Fatalf("form POST: %d", resp.StatusCode)
+		if code, body := testenv.PostForm(t, m["url"].(string), form, data); code != 201 {
+			t.Fatalf("form POST: %d %s", code, body)
 		}
 		id := strings.TrimPrefix(fields["key"].(string), "uploads/")
 		st := a.waitState(tok, id, "success")

@@ -211,6 +211,9 @@ func (s *Service) Presign(ctx context.Context, userID, id string, parts []int, c
 	if err != nil {
 		return nil, err
 	}
+	if unsized(u) && u.State == StateUploading {
+		return nil, errSizeUnknown
+	}
 	return s.presign(ctx, u, parts, contentMD5)
 }
 
