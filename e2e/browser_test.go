@@ -209,22 +209,27 @@ func verified(t *testing.T, f *Ferry, tok, id, sum string) {
 }
 
 // Done-when 1 and 6: a 64 MiB file uploaded through ferry's UI in Chromium
-// ends success, and its SHA-256 read back with minio-go matches. The test
-// saves screenshots of the upload in progress and of the files list.
+// ends success, and its SHA-256 read back with minio-go matches; the files
+// list's link downloads it. The test saves screenshots of the upload in
+// progress and of the files list.
 func TestBrowserUploadThroughUI(t *testing.T) {
 	f, tok, path, sum := browserSetup(t, nil, "holiday-video.bin", 64*mib)
 	var res struct {
 		UploadID    string `json:"uploadId"`
 		Puts        int    `json:"puts"`
 		DownloadURL string `json:"downloadURL"`
+		Download    struct {
+			Name   string `json:"name"`
+			SHA256 string `json:"sha256"`
+		} `json:"download"`
 	}
 	runBrowser(t, map[string]any{"scenario": "ui-upload", "url": f.URL, "token": tok, "file": path, "s3": s3Addr(f)}, &res)
 	verified(t, f, tok, res.UploadID, sum)
 	if res.Puts != 8 {
 		t.Fatalf("the UI sent %d part PUTs for 8 parts", res.Puts)
 	}
-	if !strings.HasPrefix(res.DownloadURL, "/download/fil_") {
-		t.Fatalf("files list download link = %q", res.DownloadURL)
+	if !strings.HasPrefix(res.DownloadURL, "/download/fil_") || res.Download.SHA256 != sum || res.Download.Name != "holiday-video.bin" {
+		t.Fatalf("files list link %q downloaded %+v", res.DownloadURL, res.Download)
 	}
 }
 

@@ -130,8 +130,15 @@ const scenarios = {
     await page.locator('#tab-files').click()
     await page.locator('#files-body tr').first().waitFor()
     await shot(page, 'ui-files.png')
-    const link = await page.locator('#files-body a').first().getAttribute('href')
-    return { uploadId: await row.getAttribute('data-upload-id'), puts: puts.length, downloadURL: link }
+    // The files list's link downloads the file through ferry's proxy.
+    const link = page.locator('#files-body a').first()
+    const [dl] = await Promise.all([page.waitForEvent('download'), link.click()])
+    const saved = join(mkdtempSync(join(tmpdir(), 'ferry-dl-')), 'file')
+    await dl.saveAs(saved)
+    return {
+      uploadId: await row.getAttribute('data-upload-id'), puts: puts.length, downloadURL: await link.getAttribute('href'),
+      download: { name: dl.suggestedFilename(), sha256: createHash('sha256').update(readFileSync(saved)).digest('hex') },
+    }
   },
 
   // Done-when 2: the page is reloaded mid-upload and the same file chosen

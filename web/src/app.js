@@ -155,7 +155,7 @@ function startUpload(file) {
     if (up.uploadId) item.dataset.uploadId = up.uploadId
     pause.textContent = s === 'paused' ? 'Resume' : 'Pause'
     pause.hidden = !(s === 'uploading' || s === 'paused')
-    cancel.hidden = ['success', 'failed', 'cancelled', 'error'].includes(s)
+    cancel.hidden = !['hashing', 'uploading', 'paused'].includes(s)
     if (s === 'paused') speed.textContent = 'paused: parts in flight are sent again on resume'
     if (s === 'merging') speed.textContent = 'verifying the whole file…'
     if (s === 'success') {

@@ -239,9 +239,12 @@ export class Upload extends EventTarget {
     this.resumed && this.resumed()
   }
 
-  /** cancel abandons the upload and aborts it on the server. */
+  /**
+   * cancel abandons the upload and aborts it on the server. Once complete
+   * was sent (completing, merging) the upload can no longer be cancelled.
+   */
   async cancel() {
-    if (['success', 'failed', 'cancelled'].includes(this.state)) return
+    if (!['idle', 'hashing', 'uploading', 'paused'].includes(this.state)) return
     this.cancelled = true
     this.stop()
     this.resumed && this.resumed()
