@@ -2,7 +2,6 @@ package server
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"net/http"
 	"regexp"
@@ -187,12 +186,12 @@ func (s *Server) companionParts(c *gin.Context) error {
 	return nil
 }
 
-func (s *Server) companionSign(ctx context.Context, c *gin.Context, parts []int) (map[int]upload.PresignedPart, error) {
+func (s *Server) companionSign(c *gin.Context, parts []int) (map[int]upload.PresignedPart, error) {
 	if err := companionKey(c); err != nil {
 		return nil, err
 	}
 	c.Header("Cache-Control", "no-store")
-	return s.d.Uploads.PresignMultipart(ctx, caller(c).ID, c.Param("uploadId"), parts)
+	return s.d.Uploads.PresignMultipart(c.Request.Context(), caller(c).ID, c.Param("uploadId"), parts)
 }
 
 func (s *Server) companionSignPart(c *gin.Context) error {
@@ -200,7 +199,7 @@ func (s *Server) companionSignPart(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
-	urls, err := s.companionSign(c.Request.Context(), c, []int{n})
+	urls, err := s.companionSign(c, []int{n})
 	if err != nil {
 		return err
 	}
@@ -225,7 +224,7 @@ func (s *Server) companionSignBatch(c *gin.Context) error {
 		}
 		nums = append(nums, n)
 	}
-	urls, err := s.companionSign(c.Request.Context(), c, nums)
+	urls, err := s.companionSign(c, nums)
 	if err != nil {
 		return err
 	}
