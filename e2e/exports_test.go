@@ -124,8 +124,8 @@ func TestChatAPI(t *testing.T) {
 		if m.Seq != 2 || m.Gseq == 0 {
 			t.Fatalf("second message: %+v", m)
 		}
-		// Until the uploads feature is wired, attachments are refused.
-		want(t, f.Do("POST", "/conversations/"+conv.ID+"/messages", alice, map[string]any{"body": "x", "attachments": []string{"fil_1"}}), 422, "attachments_unavailable")
+		// Attachments must be the sender's own files.
+		want(t, f.Do("POST", "/conversations/"+conv.ID+"/messages", alice, map[string]any{"body": "x", "attachments": []string{"fil_1"}}), 404, "attachment_not_found")
 		want(t, f.Do("POST", fmt.Sprintf("/conversations/%s/messages/%d/recall", conv.ID, m.Seq), bob, nil), 403, "not_sender")
 		want(t, f.Do("POST", fmt.Sprintf("/conversations/%s/messages/%d/recall", conv.ID, m.Seq), alice, nil), 200, "")
 		want(t, f.Do("POST", "/conversations/"+conv.ID+"/messages/x/recall", alice, nil), 400, "invalid_seq")

@@ -1,0 +1,146 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func TestBackoff(t *testing.T) {
+	want := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 10 * time.Second, 10 * time.Second}
+	for i, w := range want {
+		if got := Backoff(i + 1); got != w {
+			t.Errorf("Backoff(%d) = %s, want %s", i+1, got, w)
+		}
+	}
+}
+
+func TestProblemDecoding(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/problem+json")
+		w.WriteHeader(409)
+		fmt.Fprint(w, `{"type":"about:blank","title":"Conflict","status":409,"code":"parts_missing","detail":"S3 lacks parts","request_id":"r1","missing_parts":[2,5]}`)
+	}))
+	defer srv.Close()
+	c := New(srv.URL, "t")
+	_, err := c.call(context.Background(), "POST", "/x", nil, nil)
+	var fe *Error
+	if !errors.As(err, &fe) || fe.Status != 409 || fe.Code != "parts_missing" || fe.RequestID != "r1" || !IsCode(err, "parts_missing") {
+		t.Fatalf("decoded %#v", err)
+	}
+	if got := missingParts(fe); len(got) != 2 || got[0] != 2 || got[1] != 5 {
+		t.Fatalf("missing parts %v", got)
+	}
+	if !strings.Contains(err.Error(), "S3 lacks parts") {
+		t.Fatalf("message %q lacks the detail", err)
+	}
+}
+
+// servePeer serves content under a strong SHA-256 ETag with net/http's own
+// ServeContent, which honours Range and If-Range like ferry's proxy.
+func servePeer(content *atomic.Pointer[[]byte], requests *atomic.Int32) *httptest.Server {
+	return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests.Add(1)
+		b := *content.Load()
+		sum := sha256.Sum256(b)
+		w.Header().Set("ETag", `"`+hex.EncodeToString(sum[:])+`"`)
+		w.Header().Set("Content-Type", "application/octet-stream")
+		http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(b))
+	}))
+}
+
+func random(n int) []byte {
+	b := make([]byte, n)
+	rand.Read(b)
+	return b
+}
+
+// A partial download whose resource changed is never spliced: the server
+// answers 200 to the If-Range request and the client starts over.
+func TestDownloadRestartsWhenTheResourceChanged(t *testing.T) {
+	old, now := random(100_000), random(120_000)
+	var content atomic.Pointer[[]byte]
+	content.Store(&old)
+	var requests atomic.Int32
+	srv := servePeer(&content, &requests)
+	defer srv.Close()
+	dir := t.TempDir()
+	out := filepath.Join(dir, "f")
+
+	// Leave a partial of the old content, as a cut transfer would.
+	sum := sha256.Sum256(old)
+	os.WriteFile(out+".part", old[:40_000], 0o644)
+	writeMeta(out+".part.json", partialMeta{ETag: `"` + hex.EncodeToString(sum[:]) + `"`, Size: int64(len(old))})
+
+	content.Store(&now)
+	c := New(srv.URL, "")
+	res, err := c.Download(context.Background(), srv.URL+"/x", out, DownloadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := os.ReadFile(out)
+	if !bytes.Equal(got, now) || !res.Restarted || res.ResumedFrom != 0 {
+		t.Fatalf("restarted=%v resumedFrom=%d equal=%v", res.Restarted, res.ResumedFrom, bytes.Equal(got, now))
+	}
+}
+
+// An unchanged resource resumes where the partial ends.
+func TestDownloadResumes(t *testing.T) {
+	data := random(200_000)
+	var content atomic.Pointer[[]byte]
+	content.Store(&data)
+	var requests atomic.Int32
+	srv := servePeer(&content, &requests)
+	defer srv.Close()
+	out := filepath.Join(t.TempDir(), "f")
+	sum := sha256.Sum256(data)
+	os.WriteFile(out+".part", data[:77_777], 0o644)
+	writeMeta(out+".part.json", partialMeta{ETag: `"` + hex.EncodeToString(sum[:]) + `"`, Size: int64(len(data))})
+	res, err := New(srv.URL, "").Download(context.Background(), srv.URL+"/x", out, DownloadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := os.ReadFile(out)
+	if !bytes.Equal(got, data) || res.ResumedFrom != 77_777 || res.Restarted || requests.Load() != 1 {
+		t.Fatalf("resumedFrom=%d restarted=%v requests=%d", res.ResumedFrom, res.Restarted, requests.Load())
+	}
+}
+
+// Bytes that do not match the strong ETag's SHA-256 are an error and are
+// not left behind as the output.
+func TestDownloadChecksSHA256(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("ETag", `"`+strings.Repeat("ab", 32)+`"`)
+		w.Write([]byte("not what the etag says"))
+	}))
+	defer srv.Close()
+	out := filepath.Join(t.TempDir(), "f")
+	_, err := New(srv.URL, "").Download(context.Background(), srv.URL+"/x", out, DownloadOptions{})
+	if !errors.Is(err, ErrChecksum) {
+		t.Fatalf("err = %v, want ErrChecksum", err)
+	}
+	if _, err := os.Stat(out); err == nil {
+		t.Fatal("a corrupt download was left as the output")
+	}
+}
+
+func TestParseContentRange(t *testing.T) {
+	for in, want := range map[string][3]int64{"bytes 100-199/1000": {100, 1000, 1}, "bytes 0-0/1": {0, 1, 1}, "bytes */1000": {0, 0, 0}, "items 1-2/3": {0, 0, 0}} {
+		s, tot, ok := parseContentRange(in)
+		if ok != (want[2] == 1) || (ok && (s != want[0] || tot != want[1])) {
+			t.Errorf("%q: %d %d %v", in, s, tot, ok)
+		}
+	}
+}
