@@ -18,28 +18,43 @@ function base64(bytes) {
   return btoa(s)
 }
 
+// chunks lists the [start, end) ranges to read: chunkSize at most, never
+// across a part boundary.
+function chunks(size, partSize) {
+  const out = []
+  for (let start = 0; start < size; start += partSize) {
+    const end = Math.min(start + partSize, size)
+    for (let off = start; off < end; off += chunkSize) out.push([off, Math.min(off + chunkSize, end), start])
+  }
+  return out
+}
+
+// Reading a File is an asynchronous trip to the browser process, as slow
+// as hashing; the next chunk is always being read while one is hashed.
 async function hashFile(id, file, partSize) {
   const sha = await createSHA256()
   const md5 = await createMD5()
   sha.init()
   const md5s = []
+  const list = chunks(file.size, partSize)
+  const read = (i) => (i < list.length ? file.slice(list[i][0], list[i][1]).arrayBuffer() : null)
+  let next = read(0)
   let done = 0
   let lastReport = 0
-  for (let start = 0; start < file.size; start += partSize) {
-    const end = Math.min(start + partSize, file.size)
-    md5.init()
-    for (let off = start; off < end; off += chunkSize) {
-      const buf = new Uint8Array(await file.slice(off, Math.min(off + chunkSize, end)).arrayBuffer())
-      sha.update(buf)
-      md5.update(buf)
-      done += buf.length
-      const now = Date.now()
-      if (now - lastReport > 100) {
-        lastReport = now
-        postMessage({ id, progress: done })
-      }
+  for (let i = 0; i < list.length; i++) {
+    const buf = new Uint8Array(await next)
+    next = read(i + 1)
+    const [off, end, partStart] = list[i]
+    if (off === partStart) md5.init()
+    sha.update(buf)
+    md5.update(buf)
+    if (end === Math.min(partStart + partSize, file.size)) md5s.push(base64(md5.digest('binary')))
+    done += buf.length
+    const now = Date.now()
+    if (now - lastReport > 100) {
+      lastReport = now
+      postMessage({ id, progress: done })
     }
-    md5s.push(base64(md5.digest('binary')))
   }
   postMessage({ id, progress: done })
   return { sha256: sha.digest('hex'), md5s }
