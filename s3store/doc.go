@@ -12,6 +12,9 @@
 //   - multipart uploads: create, presign parts one at a time or in batches
 //     (with an optional pinned Content-MD5), list parts and uploads (every
 //     page), complete, abort;
+//   - browser form uploads: a SigV4 POST policy (PresignPost) pinning the
+//     key, the fields and the size range, built here since the SDK has no
+//     builder;
 //   - objects: head, streaming GET, ranged GET, a lazy io.ReadSeeker that
 //     issues ranged GETs only when read, streaming multipart writes with
 //     constant memory, put and delete;

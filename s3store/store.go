@@ -67,6 +67,10 @@ type Store struct {
 	creds  aws.CredentialsProvider
 	region string
 	signer *v4.Signer
+
+	// For PresignPost, which builds the browser form's URL itself.
+	publicEndpoint string
+	pathStyle      bool
 }
 
 // New builds a Store. It does not contact S3; call Bootstrap or Ready for
@@ -119,6 +123,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	return &Store{
 		api: internal, presign: s3.NewPresignClient(public), bucket: cfg.Bucket, timeout: cfg.Timeout,
 		creds: awsCfg.Credentials, region: awsCfg.Region, signer: v4.NewSigner(),
+		publicEndpoint: pub, pathStyle: cfg.PathStyle,
 	}, nil
 }
 

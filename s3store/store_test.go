@@ -519,3 +519,72 @@ func TestObjectReaderExpectedSpans(t *testing.T) {
 		t.Fatalf("GETs = %d, want %d", r.GETs(), len(spans)+2)
 	}
 }
+
+func postForm(t *testing.T, pol s3store.PostPolicy, fields map[string]string, file []byte) (int, string) {
+	t.Helper()
+	return testenv.PostForm(t, pol.URL, fields, file)
+}
+
+// A signed POST policy lets a browser form upload exactly the object it
+// names and nothing else: the embedded S3 checks the SigV4 signature over
+// the policy, every pinned field and the size range.
+func TestPresignPost(t *testing.T) {
+	st := testenv.Store(t)
+	ctx := context.Background()
+	pol, err := st.PresignPost(ctx, "uploads/post-1", s3store.PostOptions{
+		ContentType: "image/jpeg", MinSize: 1, MaxSize: 1 << 20,
+		Fields: map[string]string{"success_action_status": "201", "x-amz-meta-origin": "uppy"},
+	}, 5*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"key", "policy", "x-amz-algorithm", "x-amz-credential", "x-amz-date", "x-amz-signature", "Content-Type", "success_action_status"} {
+		if pol.Fields[f] == "" {
+			t.Fatalf("field %s missing from %v", f, pol.Fields)
+		}
+	}
+	with := func(k, v string) map[string]string {
+		m := map[string]string{}
+		for f, x := range pol.Fields {
+			m[f] = x
+		}
+		m[k] = v
+		return m
+	}
+	tests := []struct {
+		name   string
+		fields map[string]string
+		file   []byte
+		want   int
+	}{
+		{"another key", with("key", "uploads/other"), []byte("x"), 403},
+		{"another content type", with("Content-Type", "text/html"), []byte("x"), 403},
+		{"tampered signature", with("x-amz-signature", strings.Repeat("0", 64)), []byte("x"), 403},
+		{"too large", pol.Fields, make([]byte, 1<<20+1), 400},
+		{"empty", pol.Fields, nil, 400},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if code, body := postForm(t, pol, tc.fields, tc.file); code != tc.want {
+				t.Fatalf("POST = %d %s, want %d", code, body, tc.want)
+			}
+		})
+	}
+	body := randomBytes(300 << 10)
+	if code, resp := postForm(t, pol, pol.Fields, body); code != 201 {
+		t.Fatalf("POST = %d %s", code, resp)
+	}
+	got, err := st.Get(ctx, "uploads/post-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(got)
+	got.Close()
+	info, _ := st.Head(ctx, "uploads/post-1")
+	if !bytes.Equal(b, body) || info.ContentType != "image/jpeg" {
+		t.Fatalf("object: %d bytes, type %q", len(b), info.ContentType)
+	}
+	if _, err := st.Head(ctx, "uploads/other"); !errors.Is(err, s3store.ErrNotFound) {
+		t.Fatalf("refused POSTs left an object: %v", err)
+	}
+}

@@ -26,15 +26,11 @@ func bindJSON(c *gin.Context, dst any) error {
 			return errkind.New(errkind.Invalid, "unsupported_media_type", "send the body as application/json")
 		}
 	}
-	body, err := io.ReadAll(c.Request.Body)
+	body, err := readBody(c)
 	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return err
-		}
-		return errkind.New(errkind.Invalid, "unreadable_body", "could not read the request body")
+		return err
 	}
-	if len(bytes.TrimSpace(body)) == 0 {
+	if len(body) == 0 {
 		return errkind.New(errkind.Invalid, "invalid_json", "the request body is empty; send a JSON object")
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
@@ -46,6 +42,20 @@ func bindJSON(c *gin.Context, dst any) error {
 		return errkind.New(errkind.Invalid, "invalid_json", "unexpected data after the JSON value")
 	}
 	return nil
+}
+
+// readBody reads the request body, trimmed of white space; a body over
+// the limit stays an *http.MaxBytesError (a 413).
+func readBody(c *gin.Context) ([]byte, error) {
+	body, err := io.ReadAll(c.Request.Body)
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, err
+		}
+		return nil, errkind.New(errkind.Invalid, "unreadable_body", "could not read the request body")
+	}
+	return bytes.TrimSpace(body), nil
 }
 
 func describeJSONError(err error) string {

@@ -113,8 +113,21 @@ func problemFor(ctx context.Context, err error) Problem {
 	return p
 }
 
+// companionStyle marks a request whose errors are written the way Uppy
+// Companion writes them (see routeCompanion).
+const companionStyle = "ferry.companion"
+
 // writeProblem sends p as application/problem+json.
 func writeProblem(c *gin.Context, p Problem) {
+	if c.GetBool(companionStyle) {
+		msg := p.Detail
+		if msg == "" {
+			msg = p.Title
+		}
+		c.Header("Cache-Control", "no-store")
+		c.JSON(p.Status, gin.H{"error": msg, "code": p.Code})
+		return
+	}
 	writeProblemTo(c.Writer, c.Request.URL.Path, p)
 }
 

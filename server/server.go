@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"io/fs"
 	"log/slog"
 	"net/http"
 	"time"
@@ -36,12 +37,14 @@ type Deps struct {
 	Downloads  *download.Service // nil: no /download route
 	Chat       *chat.Service
 	Exports    *export.Service
+	Web        fs.FS // the browser UI's files (package web); nil serves no UI
 	Gatherer   prometheus.Gatherer
 	Registerer prometheus.Registerer
 	Ready      []ReadyCheck
 
 	MaxBodyBytes  int64
-	Origins       []string // ferry's browser origins, for the CSRF check
+	PublicURL     string   // how browsers reach ferry (scheme://host[:port])
+	Origins       []string // ferry's browser origins, for the CSRF check and CORS
 	SecureCookies bool
 	SessionTTL    time.Duration
 }
@@ -80,6 +83,9 @@ func New(d Deps) *Server {
 	e.GET("/readyz", s.readyz)
 	e.HEAD("/readyz", s.readyz)
 	e.GET("/metrics", gin.WrapH(promhttp.HandlerFor(d.Gatherer, promhttp.HandlerOpts{})))
+	if d.Web != nil {
+		s.routeWeb(e)
+	}
 
 	api := e.Group("/", s.authenticate())
 	api.POST("/session", h(s.createSession))
@@ -89,6 +95,7 @@ func New(d Deps) *Server {
 	authed.GET("/me", h(s.me))
 	if d.Uploads != nil {
 		s.routeUploads(authed)
+		s.routeCompanion(e)
 	}
 
 	admin := api.Group("/admin", requireAdmin)

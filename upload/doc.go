@@ -41,6 +41,15 @@
 // existing blob and its own object deleted. Files count references to
 // blobs; deleting the last file deletes the blob and its object.
 //
+// Browsers using Uppy reach the same service through S3-shaped calls
+// (companion.go): InitMultipart starts an upload whose size is unknown
+// until CompleteMultipart, which runs S3's CompleteMultipartUpload in the
+// request with the client's ETags and then hands the upload to the merge
+// job; InitPost starts one sent as a browser form POST under a signed
+// policy, adopted by a job once the policy has expired (or when its owner
+// asks for it). companion_uploads maps S3 UploadIds to uploads and their
+// owners, so the client's object key is never trusted.
+//
 // The package consumes storage through the small Storage interface, which
 // *s3store.Store implements.
 package upload

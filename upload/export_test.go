@@ -1,9 +1,19 @@
 package upload
 
-import "context"
+import (
+	"context"
+
+	"github.com/ferry-io/ferry/jobs"
+)
 
 // VerifyObject exposes the merge's verification read to benchmarks, so
 // they can time it against a plain GetObject of the same object.
 func (s *Service) VerifyObject(ctx context.Context, key string) (string, int64, error) {
 	return s.verifyObject(ctx, key, "")
+}
+
+// AdoptNow runs the adoption job of a POST-policy upload at once, instead
+// of after its policy expired.
+func (s *Service) AdoptNow(ctx context.Context, id string) error {
+	return s.adopt(ctx, &jobs.Job{Kind: KindAdopt, Key: id})
 }

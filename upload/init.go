@@ -188,6 +188,16 @@ func (s *Service) abortQuietly(ctx context.Context, key, s3id string) {
 	}
 }
 
+// deleteQuietly deletes an object on a detached context; a failure is
+// logged (nothing refers to the object, so it is only wasted space).
+func (s *Service) deleteQuietly(ctx context.Context, key string) {
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if err := s.store.Delete(dctx, key); err != nil {
+		s.log.WarnContext(ctx, "delete object failed", "key", key, "err", err)
+	}
+}
+
 // instant gives the caller a file of blob at once. It reports false when
 // the blob was deleted in the meantime.
 func (s *Service) instant(ctx context.Context, userID string, blob *models.Blob, name, contentType string) (Status, bool, error) {

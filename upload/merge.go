@@ -82,7 +82,11 @@ func (s *Service) merge(ctx context.Context, j *jobs.Job) error {
 // non-empty reason is a permanent failure; an error is worth retrying.
 func (s *Service) assemble(ctx context.Context, u *models.Upload) (reason, sum string, err error) {
 	merged := false
-	listed, err := s.store.ListParts(ctx, u.S3Key, u.S3UploadID)
+	var listed []s3store.Part
+	err = s3store.ErrNoSuchUpload // a POST upload has no multipart upload
+	if !posted(u) {
+		listed, err = s.store.ListParts(ctx, u.S3Key, u.S3UploadID)
+	}
 	switch {
 	case errors.Is(err, s3store.ErrNoSuchUpload):
 		// Completed by an earlier attempt that died before recording it,

@@ -62,10 +62,25 @@ func (s *Service) status(ctx context.Context, u *models.Upload) (Status, error) 
 	if s.expired(u) {
 		return Status{}, errExpired
 	}
+	if posted(u) && u.State == StateUploading {
+		found, err := s.adoptPosted(ctx, u)
+		if err != nil {
+			return Status{}, err
+		}
+		if found {
+			if u, err = s.load(ctx, u.UserID, u.ID); err != nil {
+				return Status{}, err
+			}
+		}
+	}
 	st := toStatus(u)
 	rows, err := s.partRows(ctx, u.ID)
 	if err != nil {
 		return Status{}, err
+	}
+	if posted(u) {
+		st.Parts = rows
+		return st, nil
 	}
 	if u.State != StateUploading && u.State != StatePending {
 		st.Parts = rows
@@ -89,7 +104,7 @@ func (s *Service) status(ctx context.Context, u *models.Upload) (Status, error) 
 	if err != nil {
 		return Status{}, storageError("list parts", err)
 	}
-	st.Parts = s3Parts(listed, u.PartCount)
+	st.Parts = s3Parts(listed, partLimit(u))
 	return st, nil
 }
 
@@ -146,10 +161,18 @@ func (s *Service) expire(ctx context.Context, u *models.Upload) error {
 	if res.RowsAffected == 1 {
 		s.metrics.transition(StateExpired)
 		s.log.InfoContext(ctx, "upload expired", "upload_id", u.ID)
-		s.abortQuietly(ctx, u.S3Key, u.S3UploadID)
+		if !posted(u) {
+			s.abortQuietly(ctx, u.S3Key, u.S3UploadID)
+		}
 	}
 	return nil
 }
+
+// errSizeUnknown refuses native calls that need the layout of an upload
+// started through the S3-compatible routes, whose size is only known once
+// it is completed there.
+var errSizeUnknown = errkind.New(errkind.Conflict, "upload_size_unknown",
+	"the upload was started without a size; send and complete its parts through the S3-compatible routes")
 
 func notUploading(state string) error {
 	return errkind.New(errkind.Conflict, "upload_not_uploading", "the upload is %s; parts can only be sent while it is uploading", state).With("state", state)
@@ -184,11 +207,24 @@ func (s *Service) writable(ctx context.Context, userID, id string) (*models.Uplo
 // pins a part's base64 MD5 into its signature, so S3 refuses a corrupted
 // body. Signing again, for instance after a URL expired, is always fine.
 func (s *Service) Presign(ctx context.Context, userID, id string, parts []int, contentMD5 map[int]string) (map[int]PresignedPart, error) {
-	u, err := s.writable(ctx, userID, id)
+	u, err := s.loadCurrent(ctx, userID, id)
 	if err != nil {
 		return nil, err
 	}
-	if err := checkPartNumbers(parts, u.PartCount, contentMD5); err != nil {
+	if unsized(u) && u.State == StateUploading {
+		return nil, errSizeUnknown
+	}
+	return s.presign(ctx, u, parts, contentMD5)
+}
+
+func (s *Service) presign(ctx context.Context, u *models.Upload, parts []int, contentMD5 map[int]string) (map[int]PresignedPart, error) {
+	if u.State != StateUploading {
+		return nil, notUploading(u.State)
+	}
+	if posted(u) {
+		return nil, errSizeUnknown
+	}
+	if err := checkPartNumbers(parts, partLimit(u), contentMD5); err != nil {
 		return nil, err
 	}
 	if err := s.touch(ctx, u); err != nil {
@@ -221,6 +257,9 @@ func (s *Service) ReportPart(ctx context.Context, userID, id string, n int, etag
 	u, err := s.writable(ctx, userID, id)
 	if err != nil {
 		return Part{}, err
+	}
+	if unsized(u) {
+		return Part{}, errSizeUnknown
 	}
 	if n < 1 || n > u.PartCount {
 		return Part{}, errkind.Invalidf("invalid_part_number", "part number %d is outside 1-%d", n, u.PartCount)
@@ -258,12 +297,11 @@ func (s *Service) Complete(ctx context.Context, userID, id string, parts []Clien
 	if err != nil {
 		return Status{}, err
 	}
-	switch u.State {
-	case StateUploading:
-	case StateAborted:
-		return Status{}, errkind.New(errkind.Conflict, "upload_aborted", "the upload was aborted")
-	default:
-		return toStatus(u), nil // a repeated call
+	if done, err := completed(u); done || err != nil {
+		return toStatus(u), err
+	}
+	if unsized(u) {
+		return Status{}, errSizeUnknown
 	}
 	etags, err := checkClientParts(parts, u.PartCount)
 	if err != nil {
@@ -310,6 +348,18 @@ func (s *Service) Complete(ctx context.Context, userID, id string, parts []Clien
 	s.log.InfoContext(ctx, "upload complete accepted", "upload_id", u.ID, "parts", u.PartCount)
 	u.State = StatePending
 	return toStatus(u), nil
+}
+
+// completed reports whether u is past complete already (a repeated call
+// answers its state), or refuses it when it was aborted.
+func completed(u *models.Upload) (bool, error) {
+	switch u.State {
+	case StateUploading:
+		return false, nil
+	case StateAborted:
+		return false, errkind.New(errkind.Conflict, "upload_aborted", "the upload was aborted")
+	}
+	return true, nil
 }
 
 // checkClientParts validates the ETags a client sent with complete and
@@ -382,7 +432,11 @@ func (s *Service) Abort(ctx context.Context, userID, id string) (Status, error) 
 		return s.Abort(ctx, userID, id) // it moved meanwhile: answer for its new state
 	}
 	s.metrics.transition(StateAborted)
-	s.abortQuietly(ctx, u.S3Key, u.S3UploadID)
+	if posted(u) {
+		s.deleteQuietly(ctx, u.S3Key) // a POST may have landed
+	} else {
+		s.abortQuietly(ctx, u.S3Key, u.S3UploadID)
+	}
 	s.log.InfoContext(ctx, "upload aborted", "upload_id", u.ID)
 	u.State = StateAborted
 	return toStatus(u), nil

@@ -54,6 +54,8 @@ const keyPrefix = "uploads/"
 // Storage is what the service needs from object storage.
 // *s3store.Store implements it.
 type Storage interface {
+	Bucket() string
+	PresignPost(ctx context.Context, key string, o s3store.PostOptions, ttl time.Duration) (s3store.PostPolicy, error)
 	CreateMultipart(ctx context.Context, key, contentType string) (string, error)
 	PresignParts(ctx context.Context, key, uploadID string, parts []int32, contentMD5 map[int32]string, ttl time.Duration) ([]s3store.PresignedRequest, error)
 	ListParts(ctx context.Context, key, uploadID string) ([]s3store.Part, error)
@@ -169,6 +171,8 @@ func (s *Service) Register(r *jobs.Runner) {
 		_, err := s.Cleanup(ctx)
 		return err
 	}, jobs.Options{Every: s.cfg.CleanupEvery, MaxAttempts: 1})
+	r.Handle(KindAdopt, s.adopt, jobs.Options{Concurrency: 2, MaxAttempts: 20,
+		Backoff: jobs.Exponential(5*time.Second, 10*time.Minute)})
 	r.Handle(KindPurge, s.purge, jobs.Options{Concurrency: 2, MaxAttempts: 20,
 		Backoff: jobs.Exponential(5*time.Second, 10*time.Minute)})
 }

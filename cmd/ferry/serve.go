@@ -34,6 +34,7 @@ import (
 	"github.com/ferry-io/ferry/server"
 	"github.com/ferry-io/ferry/upload"
 	"github.com/ferry-io/ferry/users"
+	"github.com/ferry-io/ferry/web"
 )
 
 const sessionTTL = 7 * 24 * time.Hour
@@ -177,6 +178,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) error {
 		Downloads:  downloads,
 		Chat:       chatSvc,
 		Exports:    exports,
+		Web:        web.Assets(),
 		Gatherer:   reg,
 		Registerer: reg,
 		Ready: []server.ReadyCheck{
@@ -190,6 +192,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) error {
 			{Name: "bucket", Check: store.Ready},
 		},
 		MaxBodyBytes:  cfg.MaxBodyBytes,
+		PublicURL:     cfg.PublicURL,
 		Origins:       cfg.Origins(),
 		SecureCookies: strings.HasPrefix(cfg.PublicURL, "https://"),
 		SessionTTL:    sessionTTL,

@@ -15,12 +15,16 @@
 package testenv
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"log/slog"
+	"mime/multipart"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -245,4 +249,26 @@ func absTempDir(t testing.TB) string {
 		panic(fmt.Sprintf("temp dir %q is not absolute", d))
 	}
 	return d
+}
+
+// PostForm sends a browser-style multipart/form-data POST to url (an S3
+// POST-policy upload): the fields first, then file in a field named
+// "file". It returns the status and the body.
+func PostForm(t testing.TB, url string, fields map[string]string, file []byte) (int, string) {
+	t.Helper()
+	var buf bytes.Buffer
+	w := multipart.NewWriter(&buf)
+	for k, v := range fields {
+		w.WriteField(k, v)
+	}
+	fw, _ := w.CreateFormFile("file", "upload.bin")
+	fw.Write(file)
+	w.Close()
+	resp, err := http.Post(url, w.FormDataContentType(), &buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
 }
