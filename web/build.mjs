@@ -2,6 +2,7 @@
 // (ferry.js) and the hashing worker (hash-worker.js), as ES modules.
 // The output is committed and embedded in the ferry binary; CI rebuilds it
 // and fails if it differs from what is committed.
+import { readFile, writeFile } from 'node:fs/promises'
 import { build } from 'esbuild'
 
 await build({
@@ -15,3 +16,12 @@ await build({
   charset: 'utf8',
   logLevel: 'warning',
 })
+
+// Bundled license notices name each package by its registry page; point
+// them at the project's source instead, keeping the notice itself.
+const sources = { 'https://www.npmjs.com/package/hash-wasm': 'https://github.com/Daninet/hash-wasm' }
+for (const file of ['dist/app.js', 'dist/ferry.js', 'dist/hash-worker.js']) {
+  let text = await readFile(file, 'utf8')
+  for (const [from, to] of Object.entries(sources)) text = text.replaceAll(from, to)
+  await writeFile(file, text)
+}

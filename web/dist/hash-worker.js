@@ -3,7 +3,7 @@ function N(A,B,I,g){function E(C){return C instanceof I?C:new I(function(o){o(C)
 
 hash-wasm/dist/index.esm.js:
   (*!
-   * hash-wasm (https://www.npmjs.com/package/hash-wasm)
+   * hash-wasm (https://github.com/Daninet/hash-wasm)
    * (c) Dani Biro
    * @license MIT
    *)
