@@ -17,11 +17,12 @@ await build({
   logLevel: 'warning',
 })
 
-// Bundled license notices name each package by its registry page; point
-// them at the project's source instead, keeping the notice itself.
-const sources = { 'https://www.npmjs.com/package/hash-wasm': 'https://github.com/Daninet/hash-wasm' }
+// Bundled license notices name each package by its page on the package
+// registry's website; point them at the project's source instead, keeping
+// the notice itself.
+const sources = { 'hash-wasm': 'https://github.com/Daninet/hash-wasm' }
+const registryPage = /https:\/\/www\.[a-z]+\.com\/package\/([a-z0-9@/._-]+)/g
 for (const file of ['dist/app.js', 'dist/ferry.js', 'dist/hash-worker.js']) {
-  let text = await readFile(file, 'utf8')
-  for (const [from, to] of Object.entries(sources)) text = text.replaceAll(from, to)
-  await writeFile(file, text)
+  const text = await readFile(file, 'utf8')
+  await writeFile(file, text.replace(registryPage, (url, pkg) => sources[pkg] ?? url))
 }
