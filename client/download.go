@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"net/http"
 	neturl "net/url"
@@ -68,7 +69,7 @@ func (c *Client) Download(ctx context.Context, url, path string, opts DownloadOp
 	}
 	partPath, metaPath := path+".part", path+".part.json"
 	res := &DownloadResult{Path: path, ResumedFrom: -1}
-	var m *meter
+	st := &dlState{h: sha256.New()}
 	var lastErr error
 	for attempt := 1; attempt <= opts.Attempts; attempt++ {
 		if attempt > 1 {
@@ -76,7 +77,7 @@ func (c *Client) Download(ctx context.Context, url, path string, opts DownloadOp
 				return nil, err
 			}
 		}
-		done, err := c.downloadOnce(ctx, url, partPath, metaPath, res, &m, opts)
+		done, err := c.downloadOnce(ctx, url, partPath, metaPath, res, st, opts)
 		if done {
 			break
 		}
@@ -98,12 +99,16 @@ func (c *Client) Download(ctx context.Context, url, path string, opts DownloadOp
 			return nil, fmt.Errorf("ferry: download failed after %d attempts: %w", opts.Attempts, lastErr)
 		}
 	}
-	m.finish()
+	st.m.finish()
 
 	meta, _ := readMeta(metaPath)
-	sum, err := fileSHA256(partPath)
-	if err != nil {
-		return nil, err
+	// The bytes were hashed as they were written; only a partial file left
+	// by an earlier run and never resumed here needs reading again.
+	sum := hex.EncodeToString(st.h.Sum(nil))
+	if fi, err := os.Stat(partPath); err != nil || fi.Size() != st.hashed {
+		if sum, err = fileSHA256(partPath); err != nil {
+			return nil, err
+		}
 	}
 	if want := strongETag.FindStringSubmatch(meta.ETag); want != nil && want[1] != sum {
 		os.Remove(partPath)
@@ -123,11 +128,43 @@ func (c *Client) Download(ctx context.Context, url, path string, opts DownloadOp
 
 // downloadOnce makes one request and appends what arrives. It reports
 // done once the partial file holds the whole resource.
-func (c *Client) downloadOnce(ctx context.Context, url, partPath, metaPath string, res *DownloadResult, m **meter, opts DownloadOptions) (bool, error) {
+// dlState carries one Download call's progress across reconnections: the
+// SHA-256 of the partial file's first hashed bytes, so the file is hashed
+// as it is written instead of read again at the end.
+type dlState struct {
+	m      *meter
+	h      hash.Hash
+	hashed int64
+}
+
+// hashPrefix makes st.h the hash of the partial file's first have bytes,
+// reading them from disk only when they were not hashed in this call.
+func (st *dlState) hashPrefix(partPath string, have int64) error {
+	if st.hashed == have {
+		return nil
+	}
+	st.h.Reset()
+	st.hashed = 0
+	f, err := os.Open(partPath)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	n, err := io.Copy(st.h, io.LimitReader(f, have))
+	st.hashed = n
+	if err == nil && n != have {
+		err = io.ErrUnexpectedEOF
+	}
+	return err
+}
+
+// downloadOnce makes one request and appends what arrives. It reports
+// done once the partial file holds the whole resource.
+func (c *Client) downloadOnce(ctx context.Context, url, partPath, metaPath string, res *DownloadResult, st *dlState, opts DownloadOptions) (bool, error) {
 	meta, metaErr := readMeta(metaPath)
 	have := int64(0)
-	if st, err := os.Stat(partPath); err == nil && metaErr == nil && meta.ETag != "" {
-		have = st.Size()
+	if fi, err := os.Stat(partPath); err == nil && metaErr == nil && meta.ETag != "" {
+		have = fi.Size()
 	} else {
 		os.Remove(partPath)
 		os.Remove(metaPath)
@@ -172,6 +209,8 @@ func (c *Client) downloadOnce(ctx context.Context, url, partPath, metaPath strin
 			return false, err
 		}
 		have = 0
+		st.h.Reset()
+		st.hashed = 0
 	case http.StatusPartialContent:
 		start, total, ok := parseContentRange(resp.Header.Get("Content-Range"))
 		if !ok || start != have || (meta.Size > 0 && total != meta.Size) || resp.Header.Get("ETag") != meta.ETag {
@@ -179,6 +218,9 @@ func (c *Client) downloadOnce(ctx context.Context, url, partPath, metaPath strin
 			os.Remove(partPath)
 			os.Remove(metaPath)
 			return false, fmt.Errorf("ferry: server resumed at an unexpected range %q", resp.Header.Get("Content-Range"))
+		}
+		if err := st.hashPrefix(partPath, have); err != nil {
+			return false, err
 		}
 		if f, err = os.OpenFile(partPath, os.O_WRONLY|os.O_APPEND, 0o644); err != nil {
 			return false, err
@@ -193,13 +235,12 @@ func (c *Client) downloadOnce(ctx context.Context, url, partPath, metaPath strin
 		return false, decodeError(resp)
 	}
 	defer f.Close()
-	if *m == nil {
-		*m = newMeter(opts.Progress, "download", meta.Size, have)
+	if st.m == nil {
+		st.m = newMeter(opts.Progress, "download", meta.Size, have)
 	}
-	n, err := io.Copy(f, countingReader{resp.Body, *m})
-	if cerr := f.Sync(); err == nil {
-		err = cerr
-	}
+	// Bytes reach the hash only once the file has taken them, so the
+	// hash always covers exactly the file's prefix.
+	n, err := io.Copy(hashingWriter{f, st}, countingReader{resp.Body, st.m})
 	if err != nil {
 		return false, err
 	}
@@ -207,6 +248,19 @@ func (c *Client) downloadOnce(ctx context.Context, url, partPath, metaPath strin
 		return false, io.ErrUnexpectedEOF
 	}
 	return true, nil
+}
+
+// hashingWriter writes to the file, then feeds what it wrote to the hash.
+type hashingWriter struct {
+	f  *os.File
+	st *dlState
+}
+
+func (w hashingWriter) Write(p []byte) (int, error) {
+	n, err := w.f.Write(p)
+	w.st.h.Write(p[:n])
+	w.st.hashed += int64(n)
+	return n, err
 }
 
 func parseContentRange(v string) (start, total int64, ok bool) {

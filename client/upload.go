@@ -3,7 +3,6 @@ package client
 import (
 	"bytes"
 	"context"
-	"crypto/md5"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
@@ -34,7 +33,9 @@ type UploadOptions struct {
 	ContentType string
 	// Concurrency is the number of parts in flight (default 4).
 	Concurrency int
-	// PartSize asks for a part size; 0 lets ferry choose.
+	// PartSize asks for a part size; 0 means 8 MiB, raised as needed to
+	// stay within S3's 10,000 parts. (The client picks it rather than
+	// ferry so that one read of the file yields every part's MD5.)
 	PartSize int64
 	// Attempts bounds the tries of each part and API call (default 8).
 	Attempts int
@@ -100,21 +101,25 @@ func (c *Client) Upload(ctx context.Context, r io.ReaderAt, size int64, opts Upl
 			opts.ContentType = "application/octet-stream"
 		}
 	}
+	partSize := opts.PartSize
+	if partSize == 0 {
+		partSize = defaultPartSize(size)
+	}
+	hm := newMeter(opts.Progress, "hash", size, 0)
+	d, err := hashFile(ctx, r, size, partSize, opts.SHA256 == "", hm)
+	if err != nil {
+		return nil, fmt.Errorf("ferry: hash: %w", err)
+	}
+	hm.finish()
 	sum := opts.SHA256
 	if sum == "" {
-		h := sha256.New()
-		m := newMeter(opts.Progress, "hash", size, 0)
-		if _, err := io.Copy(h, countingReader{io.NewSectionReader(r, 0, size), m}); err != nil {
-			return nil, fmt.Errorf("ferry: hash: %w", err)
-		}
-		m.finish()
-		sum = hex.EncodeToString(h.Sum(nil))
+		sum = d.sha256
 	}
 
-	in := initRequest{FileName: opts.Name, Size: size, ContentType: opts.ContentType, SHA256: sum, PartSize: opts.PartSize}
+	in := initRequest{FileName: opts.Name, Size: size, ContentType: opts.ContentType, SHA256: sum, PartSize: partSize}
 	var up uploadJSON
 	var status int
-	err := c.withRetry(ctx, opts.Attempts, func() (err error) {
+	err = c.withRetry(ctx, opts.Attempts, func() (err error) {
 		status, err = c.call(ctx, http.MethodPost, "/uploads", in, &up)
 		return err
 	})
@@ -139,7 +144,14 @@ func (c *Client) Upload(ctx context.Context, r io.ReaderAt, size int64, opts Upl
 		return nil, fmt.Errorf("ferry: unexpected upload state %q", up.State)
 	}
 
-	u := &uploader{c: c, r: r, up: up, opts: opts, res: res}
+	if up.PartSize != partSize {
+		// Resuming an upload someone started with another part size:
+		// the part MD5s must be taken again on its boundaries.
+		if d, err = hashFile(ctx, r, size, up.PartSize, false, nil); err != nil {
+			return nil, fmt.Errorf("ferry: hash: %w", err)
+		}
+	}
+	u := &uploader{c: c, r: r, up: up, opts: opts, res: res, digests: d}
 	if err := u.sendMissing(ctx, up.Parts); err != nil {
 		return res, err
 	}
@@ -216,11 +228,12 @@ func (c *Client) prove(ctx context.Context, r io.ReaderAt, size int64, ch *chall
 }
 
 type uploader struct {
-	c    *Client
-	r    io.ReaderAt
-	up   uploadJSON
-	opts UploadOptions
-	res  *UploadResult
+	c       *Client
+	r       io.ReaderAt
+	up      uploadJSON
+	opts    UploadOptions
+	res     *UploadResult
+	digests digests
 
 	mu    sync.Mutex
 	etags map[int]string
@@ -231,7 +244,6 @@ type part struct {
 	n   int
 	buf []byte
 	md5 string // base64, for Content-MD5
-	hex string // hex, what S3 reports as the part's ETag
 	url presignedURL
 }
 
@@ -240,19 +252,14 @@ func (u *uploader) partRange(n int) (int64, int64) {
 	return off, min(u.up.PartSize, u.up.Size-off)
 }
 
-func (u *uploader) read(n int, buf []byte) (part, error) {
-	off, length := u.partRange(n)
-	buf = buf[:length]
-	if _, err := u.r.ReadAt(buf, off); err != nil && !errors.Is(err, io.EOF) {
-		return part{}, fmt.Errorf("ferry: read part %d: %w", n, err)
-	}
-	sum := md5.Sum(buf)
-	return part{n: n, buf: buf, md5: base64.StdEncoding.EncodeToString(sum[:]), hex: hex.EncodeToString(sum[:])}, nil
+func (u *uploader) md5b64(n int) string {
+	return base64.StdEncoding.EncodeToString(u.digests.md5[n-1][:])
 }
 
 // sendMissing uploads every part S3 does not hold with the right bytes.
 // A part S3 lists is kept only when its size is right and its ETag is the
-// MD5 of the local bytes: resume trusts nothing it has not checked.
+// MD5 of the local bytes: resume trusts nothing it has not checked (a PUT
+// cut mid-way can leave a part of the right size with other bytes).
 func (u *uploader) sendMissing(ctx context.Context, have []partJSON) error {
 	u.etags = map[int]string{}
 	held := map[int]partJSON{}
@@ -261,20 +268,13 @@ func (u *uploader) sendMissing(ctx context.Context, have []partJSON) error {
 	}
 	var doneBytes int64
 	var todo []int
-	buf := make([]byte, u.up.PartSize)
 	for n := 1; n <= u.up.PartCount; n++ {
 		_, length := u.partRange(n)
-		if p, ok := held[n]; ok && p.Size == length {
-			pt, err := u.read(n, buf)
-			if err != nil {
-				return err
-			}
-			if strings.Trim(p.ETag, `"`) == pt.hex {
-				u.etags[n] = p.ETag
-				doneBytes += length
-				u.res.PartsSkipped++
-				continue
-			}
+		if p, ok := held[n]; ok && p.Size == length && strings.Trim(p.ETag, `"`) == u.digests.md5Hex(n) {
+			u.etags[n] = p.ETag
+			doneBytes += length
+			u.res.PartsSkipped++
+			continue
 		}
 		todo = append(todo, n)
 	}
@@ -283,9 +283,14 @@ func (u *uploader) sendMissing(ctx context.Context, have []partJSON) error {
 	return u.send(ctx, todo, m)
 }
 
-// send uploads the parts in todo: one goroutine reads parts into a bounded
-// pool of buffers (Concurrency+1 parts in memory) and presigns them in
-// batches; Concurrency workers PUT them.
+// presignWindow is how many part URLs one presign call asks for. Large
+// windows keep ferry's control plane to a handful of requests per file;
+// URLs that expire before their turn are signed again one by one.
+const presignWindow = 128
+
+// send uploads the parts in todo: one goroutine presigns them a window at
+// a time and reads each into one of a bounded pool of buffers
+// (Concurrency+1 parts in memory); Concurrency workers PUT them.
 func (u *uploader) send(ctx context.Context, todo []int, m *meter) error {
 	if len(todo) == 0 {
 		return nil
@@ -298,9 +303,12 @@ func (u *uploader) send(ctx context.Context, todo []int, m *meter) error {
 	}
 	g.Go(func() error {
 		defer close(work)
-		for i := 0; i < len(todo); i += u.opts.Concurrency {
-			nums := todo[i:min(i+u.opts.Concurrency, len(todo))]
-			parts := make([]part, 0, len(nums))
+		for i := 0; i < len(todo); i += presignWindow {
+			nums := todo[i:min(i+presignWindow, len(todo))]
+			urls, err := u.presign(ctx, nums)
+			if err != nil {
+				return err
+			}
 			for _, n := range nums {
 				var b []byte
 				select {
@@ -308,18 +316,13 @@ func (u *uploader) send(ctx context.Context, todo []int, m *meter) error {
 				case <-ctx.Done():
 					return ctx.Err()
 				}
-				p, err := u.read(n, b)
-				if err != nil {
-					return err
+				off, length := u.partRange(n)
+				b = b[:length]
+				if _, err := u.r.ReadAt(b, off); err != nil && !errors.Is(err, io.EOF) {
+					return fmt.Errorf("ferry: read part %d: %w", n, err)
 				}
-				parts = append(parts, p)
-			}
-			if err := u.presign(ctx, parts); err != nil {
-				return err
-			}
-			for _, p := range parts {
 				select {
-				case work <- p:
+				case work <- part{n: n, buf: b, md5: u.md5b64(n), url: urls[n]}:
 				case <-ctx.Done():
 					return ctx.Err()
 				}
@@ -342,16 +345,15 @@ func (u *uploader) send(ctx context.Context, todo []int, m *meter) error {
 	return g.Wait()
 }
 
-// presign fills in the URLs of parts with one API call, each URL pinning
-// its part's Content-MD5.
-func (u *uploader) presign(ctx context.Context, parts []part) error {
+// presign asks for the URLs of parts nums with one API call, each URL
+// pinning its part's Content-MD5.
+func (u *uploader) presign(ctx context.Context, nums []int) (map[int]presignedURL, error) {
 	req := struct {
 		PartNumbers []int             `json:"part_numbers"`
 		ContentMD5  map[string]string `json:"content_md5"`
-	}{ContentMD5: map[string]string{}}
-	for _, p := range parts {
-		req.PartNumbers = append(req.PartNumbers, p.n)
-		req.ContentMD5[strconv.Itoa(p.n)] = p.md5
+	}{PartNumbers: nums, ContentMD5: map[string]string{}}
+	for _, n := range nums {
+		req.ContentMD5[strconv.Itoa(n)] = u.md5b64(n)
 	}
 	var out struct {
 		URLs map[string]presignedURL `json:"urls"`
@@ -361,20 +363,21 @@ func (u *uploader) presign(ctx context.Context, parts []part) error {
 		return err
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	for i := range parts {
-		pu, ok := out.URLs[strconv.Itoa(parts[i].n)]
+	urls := make(map[int]presignedURL, len(nums))
+	for _, n := range nums {
+		pu, ok := out.URLs[strconv.Itoa(n)]
 		if !ok || pu.URL == "" {
-			return fmt.Errorf("ferry: presign answer lacks part %d", parts[i].n)
+			return nil, fmt.Errorf("ferry: presign answer lacks part %d", n)
 		}
-		parts[i].url = pu
+		urls[n] = pu
 	}
-	return nil
+	return urls, nil
 }
 
-// put sends one part to S3, retrying with backoff and re-signing the URL
-// when it has expired (S3 answers 403). Then it reports the part to ferry.
+// put sends one part to S3, retrying with backoff and signing the URL
+// again when it has expired (S3 answers 403) or is about to.
 func (u *uploader) put(ctx context.Context, p *part, m *meter) error {
 	var lastErr error
 	for attempt := 1; attempt <= u.opts.Attempts; attempt++ {
@@ -384,11 +387,11 @@ func (u *uploader) put(ctx context.Context, p *part, m *meter) error {
 			}
 		}
 		if time.Until(p.url.ExpiresAt) < 5*time.Second || isStatus(lastErr, http.StatusForbidden) {
-			one := []part{*p}
-			if err := u.presign(ctx, one); err != nil {
+			urls, err := u.presign(ctx, []int{p.n})
+			if err != nil {
 				return err
 			}
-			p.url = one[0].url
+			p.url = urls[p.n]
 		}
 		etag, err := u.putOnce(ctx, p, m)
 		if err == nil {
@@ -396,7 +399,7 @@ func (u *uploader) put(ctx context.Context, p *part, m *meter) error {
 			u.etags[p.n] = etag
 			u.res.PartsSent++
 			u.mu.Unlock()
-			return u.report(ctx, p.n, etag, int64(len(p.buf)))
+			return nil
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -460,15 +463,6 @@ func (u *uploader) putOnce(ctx context.Context, p *part, m *meter) (string, erro
 	return etag, nil
 }
 
-// report tells ferry a part is in (progress bookkeeping; idempotent).
-func (u *uploader) report(ctx context.Context, n int, etag string, size int64) error {
-	return u.c.withRetry(ctx, u.opts.Attempts, func() error {
-		_, err := u.c.call(ctx, http.MethodPut, fmt.Sprintf("/uploads/%s/parts/%d", u.up.UploadID, n),
-			map[string]any{"etag": etag, "size": size}, nil)
-		return err
-	})
-}
-
 // complete asks ferry to merge, re-sending any parts ferry says are
 // missing (once), then waits for the verified result.
 func (u *uploader) complete(ctx context.Context) error {
@@ -528,7 +522,9 @@ func missingParts(e *Error) []int {
 // wait polls the upload until ferry has merged and verified it.
 func (u *uploader) wait(ctx context.Context) error {
 	m := newMeter(u.opts.Progress, "verify", u.up.Size, 0)
-	delay := 200 * time.Millisecond
+	// Merging and verifying take about as long as reading the file from
+	// S3 once; polls are cheap, so keep the wait after it short.
+	delay := 100 * time.Millisecond
 	for {
 		var st uploadJSON
 		err := u.c.withRetry(ctx, u.opts.Attempts, func() error {
@@ -550,7 +546,7 @@ func (u *uploader) wait(ctx context.Context) error {
 		if err := u.c.sleep(ctx, delay); err != nil {
 			return err
 		}
-		delay = min(delay*2, 2*time.Second)
+		delay = min(delay*3/2, time.Second)
 	}
 }
 
