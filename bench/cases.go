@@ -22,6 +22,7 @@ import (
 // The cases, by the key results carry.
 const (
 	caseSDKUpload     = "sdk-upload"
+	caseSDKUploadMD5  = "sdk-upload-md5"
 	caseFerryUpload   = "ferry-upload"
 	caseTusdUpload    = "tusd-upload"
 	caseS3Get         = "s3-get"
@@ -29,12 +30,14 @@ const (
 )
 
 // caseTitles name the cases in the table and the chart, in their order.
-var caseOrder = []string{caseSDKUpload, caseFerryUpload, caseTusdUpload, caseS3Get, caseFerryDownload}
+var caseOrder = []string{caseSDKUpload, caseSDKUploadMD5, caseFerryUpload, caseTusdUpload, caseS3Get, caseFerryDownload}
 
 func caseTitle(c string) string {
 	switch c {
 	case caseSDKUpload:
 		return "raw SDK multipart upload (ceiling)"
+	case caseSDKUploadMD5:
+		return "raw SDK + Content-MD5 per part"
 	case caseFerryUpload:
 		return "`ferry upload` (presigned parts)"
 	case caseTusdUpload:
@@ -84,6 +87,8 @@ type phase struct {
 	Wall       time.Duration
 	ServerCPU  float64
 	ServerRead int64
+	ClientCPU  float64 // the CLI process
+	S3CPU      float64
 }
 
 func (r result) mibps() float64 { return float64(r.Bytes) / mib / r.Wall.Seconds() }
@@ -100,7 +105,7 @@ type window struct {
 	load       float64
 	m0         metrics
 	srv0, s30  usage
-	srv1       usage
+	srv1, s31  usage
 	self0      float64
 	t0         time.Time
 }
@@ -136,11 +141,11 @@ func (b *bench) begin(ctx context.Context, server *process, metricsURL string) (
 // end takes the closing counters and fills in a result for c.
 func (w *window) end(ctx context.Context, c string, bytes int64) (result, metrics, error) {
 	r := result{Case: c, Wall: time.Since(w.t0), Bytes: bytes, Load1: w.load, ClientCPU: selfCPU() - w.self0}
-	s31, err := readUsage(w.b.vgw.pid())
-	if err != nil {
+	var err error
+	if w.s31, err = readUsage(w.b.vgw.pid()); err != nil {
 		return r, nil, err
 	}
-	r.S3CPU = s31.CPU - w.s30.CPU
+	r.S3CPU = w.s31.CPU - w.s30.CPU
 	if w.server != nil {
 		if w.srv1, err = readUsage(w.server.pid()); err != nil {
 			return r, nil, err
@@ -155,15 +160,21 @@ func (w *window) end(ctx context.Context, c string, bytes int64) (result, metric
 	return r, m1, nil
 }
 
-// sdkUpload is the ceiling: the SDK straight to S3, no API server.
-func (b *bench) sdkUpload(ctx context.Context) (result, error) {
+// sdkUpload is the ceiling: the SDK straight to S3, no API server. With
+// contentMD5 each part also carries the Content-MD5 header that ferry's
+// part URLs require: the cost of that integrity pin alone, without ferry.
+func (b *bench) sdkUpload(ctx context.Context, contentMD5 bool) (result, error) {
+	c := caseSDKUpload
+	if contentMD5 {
+		c = caseSDKUploadMD5
+	}
 	key := "bench/" + randomKey(8)
 	w, err := b.begin(ctx, nil, "")
 	if err != nil {
-		return result{Case: caseSDKUpload}, err
+		return result{Case: c}, err
 	}
-	err = sdkUpload(ctx, b.s3, rawBucket, key, b.file, b.o.partSize, b.o.concurrency)
-	r, _, err2 := w.end(ctx, caseSDKUpload, b.o.size)
+	err = sdkUpload(ctx, b.s3, rawBucket, key, b.file, b.o.partSize, b.o.concurrency, contentMD5)
+	r, _, err2 := w.end(ctx, c, b.o.size)
 	if err == nil {
 		err = err2
 	}
@@ -223,9 +234,10 @@ type cliEvent struct {
 	Error    string `json:"error"`
 }
 
-// runCLI runs the ferry CLI with --json and calls onEvent for every line
-// as it arrives, so phase changes are timed when they happen.
-func (b *bench) runCLI(ctx context.Context, onEvent func(cliEvent), args ...string) (*os.ProcessState, cliEvent, error) {
+// runCLI runs the ferry CLI with --json and calls onEvent with every line
+// as it arrives, and the CLI's pid, so phase changes are timed and
+// measured when they happen.
+func (b *bench) runCLI(ctx context.Context, onEvent func(ev cliEvent, pid int), args ...string) (*os.ProcessState, cliEvent, error) {
 	cmd := exec.CommandContext(ctx, b.ferryBin, args...)
 	cmd.Env = cleanEnv("FERRY_URL="+b.ferryURL, "FERRY_TOKEN="+b.token)
 	cmd.Dir = b.work
@@ -245,7 +257,7 @@ func (b *bench) runCLI(ctx context.Context, onEvent func(cliEvent), args ...stri
 		if json.Unmarshal(sc.Bytes(), &ev) != nil {
 			continue
 		}
-		onEvent(ev)
+		onEvent(ev, cmd.Process.Pid)
 		if ev.Event != "progress" {
 			last = ev
 		}
@@ -267,6 +279,49 @@ func cpuOf(ps *os.ProcessState) float64 {
 	return (ps.UserTime() + ps.SystemTime()).Seconds()
 }
 
+// mark is the counters of the three processes at a phase boundary.
+type mark struct {
+	at                 time.Time
+	server, s3, client usage
+}
+
+// markNow reads the counters at a phase boundary; the CLI's pid is the
+// one the event came from.
+func (w *window) markNow(cliPID int) (mark, error) {
+	m := mark{at: time.Now()}
+	var err error
+	if m.server, err = readUsage(w.server.pid()); err != nil {
+		return m, err
+	}
+	if m.s3, err = readUsage(w.b.vgw.pid()); err != nil {
+		return m, err
+	}
+	m.client, err = readUsage(cliPID)
+	return m, err
+}
+
+// phasesBetween turns consecutive marks into phases. The first mark is
+// the window's start (the CLI not yet running), the last its end, with
+// the CLI's final CPU from its exit status.
+func phasesBetween(names []string, marks []mark) []phase {
+	var out []phase
+	for i, name := range names {
+		a, b := marks[i], marks[i+1]
+		out = append(out, phase{
+			Name: name, Wall: b.at.Sub(a.at),
+			ServerCPU: b.server.CPU - a.server.CPU, ServerRead: b.server.RChar - a.server.RChar,
+			S3CPU: b.s3.CPU - a.s3.CPU, ClientCPU: b.client.CPU - a.client.CPU,
+		})
+	}
+	return out
+}
+
+func (w *window) startMark() mark { return mark{at: w.t0, server: w.srv0, s3: w.s30} }
+
+func (w *window) endMark(at time.Time, cli *os.ProcessState) mark {
+	return mark{at: at, server: w.srv1, s3: w.s31, client: usage{CPU: cpuOf(cli)}}
+}
+
 // ferryUploadResult is the upload's measurement and what the downloads
 // need: the file and the object it lives in.
 type ferryUploadResult struct {
@@ -284,24 +339,23 @@ func (b *bench) ferryUpload(ctx context.Context) (ferryUploadResult, error) {
 	if err != nil {
 		return out, err
 	}
-	marks := map[string]time.Time{}
-	var mid usage
-	var midErr error
-	ps, done, err := b.runCLI(ctx, func(ev cliEvent) {
-		if ev.Event != "progress" {
-			return
-		}
-		if _, seen := marks[ev.Phase]; !seen {
-			marks[ev.Phase] = time.Now()
-			if ev.Phase == "verify" {
-				mid, midErr = readUsage(b.ferry.pid())
+	// The CLI announces "hash", then "upload" after POST /uploads, then
+	// "verify" once complete has been accepted.
+	marks := map[string]mark{}
+	var markErr error
+	ps, done, err := b.runCLI(ctx, func(ev cliEvent, pid int) {
+		if _, seen := marks[ev.Phase]; ev.Event == "progress" && !seen {
+			m, err := w.markNow(pid)
+			if markErr == nil {
+				markErr = err
 			}
+			marks[ev.Phase] = m
 		}
 	}, "upload", "--json", "--concurrency", strconv.Itoa(b.o.concurrency), b.file)
 	end := time.Now()
 	r, m1, err2 := w.end(ctx, caseFerryUpload, b.o.size)
 	out.result = r
-	for _, e := range []error{err, err2, midErr} {
+	for _, e := range []error{err, err2, markErr} {
 		if e != nil {
 			return out, e
 		}
@@ -309,7 +363,9 @@ func (b *bench) ferryUpload(ctx context.Context) (ferryUploadResult, error) {
 	if done.SHA256 != b.sum {
 		return out, fmt.Errorf("ferry reports sha256 %s, the file has %s", done.SHA256, b.sum)
 	}
-	if marks["upload"].IsZero() || marks["verify"].IsZero() {
+	up, okUp := marks["upload"]
+	verify, okVerify := marks["verify"]
+	if !okUp || !okVerify {
 		return out, fmt.Errorf("ferry upload did not go through the upload and verify phases (instant upload?)")
 	}
 	out.fileID, out.uploadID = done.FileID, done.UploadID
@@ -317,12 +373,7 @@ func (b *bench) ferryUpload(ctx context.Context) (ferryUploadResult, error) {
 	out.Requests = m1.delta(w.m0, "ferry_http_requests_total")
 	out.MetricBytes, out.MetricName = m1.delta(w.m0, "ferry_upload_verify_bytes_total"), "ferry_upload_verify_bytes_total"
 	out.MergeSeconds = m1.delta(w.m0, "ferry_upload_merge_duration_seconds_sum")
-	control, verify := mid.sub(w.srv0), w.srv1.sub(mid)
-	out.Phases = []phase{
-		{Name: "hash", Wall: marks["upload"].Sub(w.t0)},
-		{Name: "upload", Wall: marks["verify"].Sub(marks["upload"]), ServerCPU: control.CPU, ServerRead: control.RChar},
-		{Name: "verify", Wall: end.Sub(marks["verify"]), ServerCPU: verify.CPU, ServerRead: verify.RChar},
-	}
+	out.Phases = phasesBetween([]string{"hash", "upload", "verify"}, []mark{w.startMark(), up, verify, w.endMark(end, ps)})
 	return out, nil
 }
 
@@ -342,21 +393,19 @@ func (b *bench) ferryDownload(ctx context.Context, fileID string) (result, error
 	if err != nil {
 		return result{Case: caseFerryDownload}, err
 	}
-	var transferred time.Time
-	var transferCPU usage
-	ps, done, err := b.runCLI(ctx, func(ev cliEvent) {
-		if ev.Event == "progress" && ev.Total > 0 && ev.Done == ev.Total && transferred.IsZero() {
-			transferred = time.Now()
-			transferCPU, _ = readUsage(b.ferry.pid())
+	var transferred mark
+	var markErr error
+	ps, done, err := b.runCLI(ctx, func(ev cliEvent, pid int) {
+		if ev.Event == "progress" && ev.Total > 0 && ev.Done == ev.Total && transferred.at.IsZero() {
+			transferred, markErr = w.markNow(pid)
 		}
 	}, "download", "--json", b.ferryURL+f.DownloadURL, "-o", path)
 	end := time.Now()
 	r, m1, err2 := w.end(ctx, caseFerryDownload, b.o.size)
-	if err == nil {
-		err = err2
-	}
-	if err != nil {
-		return r, err
+	for _, e := range []error{err, err2, markErr} {
+		if e != nil {
+			return r, e
+		}
 	}
 	if done.SHA256 != b.sum {
 		return r, fmt.Errorf("ferry download verified sha256 %s, the file has %s", done.SHA256, b.sum)
@@ -364,13 +413,8 @@ func (b *bench) ferryDownload(ctx context.Context, fileID string) (result, error
 	r.ClientCPU = cpuOf(ps)
 	r.Requests = m1.delta(w.m0, "ferry_http_requests_total")
 	r.MetricBytes, r.MetricName = m1.delta(w.m0, "ferry_download_bytes_total"), "ferry_download_bytes_total"
-	if !transferred.IsZero() {
-		tr := transferCPU.sub(w.srv0)
-		rest := w.srv1.sub(transferCPU)
-		r.Phases = []phase{
-			{Name: "transfer", Wall: transferred.Sub(w.t0), ServerCPU: tr.CPU, ServerRead: tr.RChar},
-			{Name: "verify", Wall: end.Sub(transferred), ServerCPU: rest.CPU, ServerRead: rest.RChar},
-		}
+	if !transferred.at.IsZero() {
+		r.Phases = phasesBetween([]string{"transfer", "verify"}, []mark{w.startMark(), transferred, w.endMark(end, ps)})
 	}
 	return r, nil
 }

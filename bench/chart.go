@@ -20,6 +20,8 @@ var (
 	colorCeiling = color.RGBA{R: 0x99, G: 0x99, B: 0x99, A: 0xff}
 	colorTusd    = color.RGBA{R: 0xff, G: 0x7f, B: 0x0e, A: 0xff}
 	colorTarget  = color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff}
+	// colorReference marks a reference point that is not a ceiling.
+	colorReference = color.RGBA{R: 0xc7, G: 0xc7, B: 0xc7, A: 0xff}
 )
 
 // bar is one labelled bar of a chart.
@@ -40,6 +42,8 @@ func (rp report) chart(path string) error {
 		switch c {
 		case caseSDKUpload, caseS3Get:
 			col = colorCeiling
+		case caseSDKUploadMD5:
+			col = colorReference
 		case caseTusdUpload:
 			col = colorTusd
 		}

@@ -5,7 +5,8 @@
 //     `ferry serve` (SQLite, or MySQL with -mysql); the bytes go from the
 //     client straight to S3 through presigned part URLs;
 //   - the raw aws-sdk-go-v2 multipart upload straight to S3 with the same
-//     part size and concurrency: the ceiling;
+//     part size and concurrency: the ceiling; and the same again with the
+//     Content-MD5 that ferry's part URLs require, to price that check;
 //   - tusd v2 with its S3 store, where every byte passes through tusd;
 //   - `ferry download` through ferry's download proxy, against a direct S3
 //     GET of the same object.
@@ -23,13 +24,14 @@
 // For each case it records the wall time, the throughput, and the API
 // server's CPU seconds (utime+stime from /proc/<pid>/stat) and bytes read
 // (rchar from /proc/<pid>/io) per GiB, plus the server's own Prometheus
-// counters. The ferry upload is split at the moment the client starts
-// waiting for the merge, so the control plane (init, presign, part reports,
-// complete) is told apart from the merge's read-back verification.
+// counters, and the client's and VersityGW's CPU. The ferry CLI's runs are
+// split where its --json progress changes phase, so the upload's control
+// plane (init, presign, part reports, complete) is told apart from the
+// merge's read-back verification.
 //
-// It prints a markdown table and writes results.md (with the machine
-// described and the three targets compared) and chart.png into -out. See
-// bench/README.md.
+// It prints a markdown table and writes results.json, results.md (with the
+// machine described and the three targets compared) and chart.png into
+// -out. See bench/README.md.
 //
 // The package has no tests on purpose: it is a program that takes minutes
 // and a GiB of disk, not something `go test ./...` should run.

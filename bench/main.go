@@ -237,7 +237,10 @@ func (b *bench) runOnce(ctx context.Context, run int) ([]result, error) {
 		out = append(out, r)
 		return nil
 	}
-	if err := add(b.sdkUpload(ctx)); err != nil {
+	if err := add(b.sdkUpload(ctx, false)); err != nil {
+		return out, err
+	}
+	if err := add(b.sdkUpload(ctx, true)); err != nil {
 		return out, err
 	}
 	up, err := b.ferryUpload(ctx)

@@ -114,6 +114,8 @@ type summary struct {
 	MetricName                   string
 	Requests                     float64
 	S3CPUPerGiB, ClientCPUPerGiB float64
+	AllCPUPerGiB                 float64 // client + API server + S3
+	Busy                         float64 // AllCPU over wall time: cores kept busy on average
 	Load1                        float64
 	Phases                       []phaseSummary
 	MergeSeconds                 float64
@@ -122,7 +124,9 @@ type summary struct {
 
 type phaseSummary struct {
 	Name                          string
-	Wall, ServerCPU, ServerReadMB float64
+	Wall, ServerCPU, ServerReadMB float64 // ServerCPU per GiB, ServerReadMB MiB per GiB
+	ClientCPU, S3CPU              float64 // per GiB
+	Busy                          float64
 }
 
 func (rp report) summarise(c string) summary {
@@ -141,6 +145,8 @@ func (rp report) summarise(c string) summary {
 	s.Requests = median(rs, func(r result) float64 { return r.Requests })
 	s.S3CPUPerGiB = median(rs, func(r result) float64 { return perGiB(r.S3CPU, r.Bytes) })
 	s.ClientCPUPerGiB = median(rs, func(r result) float64 { return perGiB(r.ClientCPU, r.Bytes) })
+	s.AllCPUPerGiB = median(rs, func(r result) float64 { return perGiB(r.ClientCPU+r.ServerCPU+r.S3CPU, r.Bytes) })
+	s.Busy = median(rs, func(r result) float64 { return (r.ClientCPU + r.ServerCPU + r.S3CPU) / r.Wall.Seconds() })
 	s.Load1 = median(rs, func(r result) float64 { return r.Load1 })
 	s.MergeSeconds = median(rs, func(r result) float64 { return r.MergeSeconds })
 	s.SyncSeconds = median(rs, func(r result) float64 { return r.SyncSeconds })
@@ -157,6 +163,12 @@ func (rp report) summarise(c string) summary {
 			Wall:         median(rs, func(r result) float64 { return at(r).Wall.Seconds() }),
 			ServerCPU:    median(rs, func(r result) float64 { return perGiB(at(r).ServerCPU, r.Bytes) }),
 			ServerReadMB: median(rs, func(r result) float64 { return perGiB(float64(at(r).ServerRead), r.Bytes) / mib }),
+			ClientCPU:    median(rs, func(r result) float64 { return perGiB(at(r).ClientCPU, r.Bytes) }),
+			S3CPU:        median(rs, func(r result) float64 { return perGiB(at(r).S3CPU, r.Bytes) }),
+			Busy: median(rs, func(r result) float64 {
+				p := at(r)
+				return (p.ClientCPU + p.ServerCPU + p.S3CPU) / p.Wall.Seconds()
+			}),
 		})
 	}
 	return s
@@ -174,7 +186,7 @@ func (s summary) phase(name string) phaseSummary {
 // ceiling is the case each contender is compared with.
 func ceiling(c string) string {
 	switch c {
-	case caseFerryUpload, caseTusdUpload, caseSDKUpload:
+	case caseFerryUpload, caseTusdUpload, caseSDKUpload, caseSDKUploadMD5:
 		return caseSDKUpload
 	}
 	return caseS3Get
@@ -187,22 +199,33 @@ func dash(ok bool, format string, v ...any) string {
 	return fmt.Sprintf(format, v...)
 }
 
-// table is the main results table, in markdown.
+// table is the main results table, in markdown: speed and where the CPU
+// went.
 func (rp report) table() string {
 	var b strings.Builder
-	b.WriteString("| case | wall s | MiB/s | × ceiling | API server | server CPU s/GiB (of which kernel) | server bytes read/GiB (rchar) | server's own byte counter/GiB | server requests | S3 server CPU s/GiB | client CPU s/GiB | load avg (1 min) at start |\n")
-	b.WriteString("|---|--:|--:|--:|---|--:|--:|--:|--:|--:|--:|--:|\n")
+	b.WriteString("| case | wall s | MiB/s | × ceiling | client CPU s/GiB | API-server CPU s/GiB | S3 CPU s/GiB | all CPU s/GiB | cores busy | load avg (1 min) at start |\n")
+	b.WriteString("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
 	for _, c := range caseOrder {
 		s := rp.summarise(c)
-		srv := s.Server != ""
-		fmt.Fprintf(&b, "| %s | %.2f | %.1f | %.2f× | %s | %s | %s | %s | %s | %.2f | %.2f | %.2f |\n",
+		fmt.Fprintf(&b, "| %s | %.2f | %.1f | %.2f× | %.2f | %s | %.2f | %.2f | %.2f of %d | %.2f |\n",
 			caseTitle(c), s.Wall, s.MiBps, rp.vsCeiling(c, result.mibps),
-			dash(srv, "%s", "`"+s.Server+"`"),
-			dash(srv, "%.3f (%.2f)", s.CPUPerGiB, s.SysPerGiB),
-			dash(srv, "%.1f MiB", s.ReadPerGiB/mib),
-			dash(s.MetricName != "", "%.1f MiB (`%s`)", s.MetricPerGiB/mib, s.MetricName),
-			dash(srv, "%.0f", s.Requests),
-			s.S3CPUPerGiB, s.ClientCPUPerGiB, s.Load1)
+			s.ClientCPUPerGiB, dash(s.Server != "", "%.3f", s.CPUPerGiB), s.S3CPUPerGiB, s.AllCPUPerGiB, s.Busy, rp.Machine.Cores, s.Load1)
+	}
+	return b.String()
+}
+
+// serverTable is what the API servers did per GiB.
+func (rp report) serverTable() string {
+	var b strings.Builder
+	b.WriteString("| case | API server | CPU s/GiB | of which kernel | bytes read/GiB (rchar) | its own byte counter/GiB | requests it counted |\n")
+	b.WriteString("|---|---|--:|--:|--:|--:|--:|\n")
+	for _, c := range caseOrder {
+		s := rp.summarise(c)
+		if s.Server == "" {
+			continue
+		}
+		fmt.Fprintf(&b, "| %s | `%s` | %.3f | %.3f | %.1f MiB | %.1f MiB (`%s`) | %.0f |\n",
+			caseTitle(c), s.Server, s.CPUPerGiB, s.SysPerGiB, s.ReadPerGiB/mib, s.MetricPerGiB/mib, s.MetricName, s.Requests)
 	}
 	return b.String()
 }
@@ -252,24 +275,29 @@ func (rp report) verdicts() []verdict {
 			fmt.Sprintf("**The client hashes the whole file before it sends a byte**: %.2f s of the %.2f s (SHA-256 of %s, with process start and `POST /uploads`). "+
 				"ferry needs the digest at init for instant upload (dedup) and to find an unfinished upload of the same content with no local state. "+
 				"Fix: hash during the transfer — the client reads the parts in order anyway — and send the digest with `complete`; "+
-				"that needs the API to accept the SHA-256 on `complete` and a cheaper key to find a resumable upload (name, size and the first part's hash).",
+				"that needs the API to accept the SHA-256 on `complete` and a cheaper key to find a resumable upload (name, size and the first part's hash). "+
+				"It hides the hash only where a core is spare: on this two-core machine the transfer already keeps both busy.",
 				hash.Wall, fu.Wall, formatSize(rp.Info.Size)),
 			fmt.Sprintf("**ferry verifies every byte before the file exists** (design U5): after `complete`, the merge job completes the multipart upload and reads the object back through SHA-256. "+
-				"It ran %.2f s on the server, and the client saw `success` %.2f s after `complete` (the rest is its status polling, 200 ms doubling to 2 s). "+
-				"Fix: poll every 250 ms or long-poll (saves up to one backoff step); and have S3 check integrity instead of a read-back on the critical path — "+
-				"the part URLs already pin Content-MD5 and can pin `x-amz-checksum-sha256` too, with a full-object checksum on CompleteMultipartUpload. "+
-				"The dedup index still needs the whole-file SHA-256, so the read-back would move after `success`, before the content is offered for dedup.",
-				fu.MergeSeconds, ver.Wall),
+				"It ran %.2f s on the server, and the client saw `success` %.2f s after `complete` (the rest is its status polling, 200 ms doubling to 2 s; "+
+				"the machine was only %.2f cores busy in this phase: it is latency, not CPU). "+
+				"Fix: poll every 250 ms or long-poll (saves up to one backoff step); and take the read-back off the critical path: with a checksum per part (see below) "+
+				"and a full-object CRC64NVME on CompleteMultipartUpload, S3 itself has checked every byte, so the upload can succeed without reading the object back. "+
+				"The dedup index still needs the whole-file SHA-256, so the read-back would then run after `success`, before the content is offered for dedup.",
+				fu.MergeSeconds, ver.Wall, ver.Busy),
 		)
 		if transferRatio < targetUploadRatio {
-			v1.Why = append(v1.Why, fmt.Sprintf("**The transfer itself is %.2f× the SDK.** The client's pipeline has bubbles: one goroutine reads and MD5-hashes a batch of %d parts, "+
-				"presigns the batch with one API call, and only then hands the parts to the %d PUT workers; with %d part buffers, the next batch cannot be read until "+
-				"all but one PUT of the current batch are done, and each worker holds its buffer until its part report has been answered. "+
-				"So reads, MD5s and presign round trips run between waves of PUTs instead of beside them. The client also burns %.2f s of CPU per GiB against the SDK's %.2f "+
-				"(MD5 for Content-MD5, SHA-256, JSON), on cores it shares with S3. "+
-				"Fix, in the client: keep 2×concurrency buffers, read and presign the next batch while the current one is in flight, free a buffer as soon as S3 has accepted its part, "+
-				"and send part reports in the background (or not at all: `complete` checks ListParts).",
-				transferRatio, rp.Info.Concurrency, rp.Info.Concurrency, rp.Info.Concurrency+1, fu.ClientCPUPerGiB, sdk.ClientCPUPerGiB))
+			md5 := rp.summarise(caseSDKUploadMD5)
+			md5Ratio := rp.vsCeiling(caseSDKUploadMD5, result.mibps)
+			v1.Why = append(v1.Why, fmt.Sprintf("**The transfer phase is %.2f× the SDK, and the Content-MD5 that ferry pins on every part is most of that.** "+
+				"The same SDK upload with a Content-MD5 per part (second row) runs at %.2f×: hashing it takes the client from %.2f to %.2f CPU s/GiB, "+
+				"and checking it takes VersityGW from %.2f to %.2f. On %d cores CPU is wall time: the SDK kept %.2f cores busy, ferry's transfer phase %.2f "+
+				"(client %.2f, `ferry serve` %.3f, S3 %.2f CPU s/GiB). ferry's transfer is %.2f× that SDK+MD5 run, so its own API calls (presign, part reports) cost little wall time. "+
+				"Fix: pin a checksum that is cheap on both ends — an `x-amz-checksum-crc32c` (or CRC64NVME) value signed into each part URL in place of Content-MD5, "+
+				"which CPUs compute at memory speed — after checking that the S3 servers ferry supports verify checksums on presigned part uploads; "+
+				"the MD5 is then needed only when resuming, to compare local parts with S3's ETags.",
+				transferRatio, md5Ratio, sdk.ClientCPUPerGiB, md5.ClientCPUPerGiB, sdk.S3CPUPerGiB, md5.S3CPUPerGiB,
+				rp.Machine.Cores, sdk.Busy, up.Busy, up.ClientCPU, up.ServerCPU, up.S3CPU, transferRate/md5.MiBps))
 		}
 	}
 
@@ -289,8 +317,8 @@ func (rp report) verdicts() []verdict {
 			dbWork = "executed by the MySQL server (whose CPU is not counted here; `ferry serve` pays for building the queries and the round trips)"
 		}
 		v2.Why = append(v2.Why, fmt.Sprintf("The control plane is one `POST /uploads`, a presign call per %d parts, a report per part, `complete` and the status polls: "+
-			"%.0f requests per GiB with %s parts, at about %.1f ms of CPU each. Every request authenticates its bearer token (a SQL join), loads the upload, "+
-			"renews its expiry (a write), and a report upserts a part row (a second write) — four statements and two commits, %s, plus a JSON log line. "+
+			"%.0f requests per GiB with %s parts, at about %.1f ms of CPU each. Every request authenticates its bearer token (a SQL join), loads the upload "+
+			"and renews its expiry (a write); a report also upserts a part row — four statements and two commits, %s — and every request writes a JSON log line. "+
 			"Fix: fewer requests per GiB — make the CLI's per-part reports optional or batched (`complete` trusts only ListParts anyway), presign more parts per call, "+
 			"and pick larger parts for large files (64 MiB parts make 16 per GiB instead of %d); and cheaper requests — renew the expiry at most once a minute instead of on every call.",
 			rp.Info.Concurrency, fu.Requests/gibs, formatSize(rp.Info.PartSize), perReq, dbWork, gib/rp.Info.PartSize))
@@ -328,22 +356,31 @@ func (rp report) verdicts() []verdict {
 func (rp report) phasesTable() string {
 	var b strings.Builder
 	fu := rp.summarise(caseFerryUpload)
-	b.WriteString("| ferry upload phase | what happens | wall s | `ferry serve` CPU s/GiB | `ferry serve` bytes read/GiB |\n|---|---|--:|--:|--:|\n")
 	what := map[string]string{
 		"hash":     "CLI start, SHA-256 of the file, `POST /uploads`",
 		"upload":   "presign (one call per batch), part PUTs straight to S3 with Content-MD5, a report per part, `complete`",
 		"verify":   fmt.Sprintf("the merge job: CompleteMultipartUpload, read back + SHA-256 (%.2f s on the server); the client polls for `success`", fu.MergeSeconds),
 		"transfer": "the proxied GET, S3 → `ferry serve` → CLI → file",
 	}
+	header := func(kind string) {
+		fmt.Fprintf(&b, "| %s phase | what happens | wall s | `ferry serve` CPU s/GiB | `ferry serve` bytes read/GiB | CLI CPU s/GiB | S3 CPU s/GiB | cores busy |\n", kind)
+		b.WriteString("|---|---|--:|--:|--:|--:|--:|--:|\n")
+	}
+	row := func(p phaseSummary) {
+		fmt.Fprintf(&b, "| %s | %s | %.2f | %.3f | %.1f MiB | %.2f | %.2f | %.2f |\n",
+			p.Name, what[p.Name], p.Wall, p.ServerCPU, p.ServerReadMB, p.ClientCPU, p.S3CPU, p.Busy)
+	}
+	header("ferry upload")
 	for _, p := range fu.Phases {
-		fmt.Fprintf(&b, "| %s | %s | %.2f | %.3f | %.1f MiB |\n", p.Name, what[p.Name], p.Wall, p.ServerCPU, p.ServerReadMB)
+		row(p)
 	}
 	fd := rp.summarise(caseFerryDownload)
 	if len(fd.Phases) > 0 {
-		b.WriteString("\n| ferry download phase | what happens | wall s | `ferry serve` CPU s/GiB | `ferry serve` bytes read/GiB |\n|---|---|--:|--:|--:|\n")
+		b.WriteString("\n")
+		header("ferry download")
 		what["verify"] = "the CLI fsyncs the file, then re-reads it to check its SHA-256 against the ETag"
 		for _, p := range fd.Phases {
-			fmt.Fprintf(&b, "| %s | %s | %.2f | %.3f | %.1f MiB |\n", p.Name, what[p.Name], p.Wall, p.ServerCPU, p.ServerReadMB)
+			row(p)
 		}
 	}
 	return b.String()
@@ -376,7 +413,9 @@ func (rp report) markdown() string {
 		fmt.Fprintf(&b, "Medians of %d runs; × ceiling is the median of the ratios within each run. Every run is listed below.\n\n", rp.Info.Runs)
 	}
 	b.WriteString(rp.table())
-	b.WriteString("\n![Throughput and API-server CPU per GiB](chart.png)\n\n")
+	b.WriteString("\n![Throughput and API-server CPU per GiB](chart.png)\n\n### The API servers\n\n")
+	b.WriteString(rp.serverTable())
+	b.WriteString("\n### ferry, phase by phase\n\n")
 	b.WriteString(rp.phasesTable())
 	if rp.Info.Runs > 1 {
 		b.WriteString("\n### Every run\n\n")

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/md5"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -51,8 +53,9 @@ func newS3(endpoint, accessKey, secretKey string) *s3.Client {
 // sdkUpload is a hand-written parallel multipart upload with ferry's part
 // size and concurrency: concurrency workers, each with one part buffer,
 // read a part from the file and PUT it. It is what ferry's client does
-// minus the API calls, hashing and Content-MD5.
-func sdkUpload(ctx context.Context, cli *s3.Client, bucket, key, path string, partSize int64, concurrency int) error {
+// minus the API calls, the whole-file SHA-256 and, unless contentMD5 is
+// set, the Content-MD5 of each part.
+func sdkUpload(ctx context.Context, cli *s3.Client, bucket, key, path string, partSize int64, concurrency int, contentMD5 bool) error {
 	f, err := os.Open(path)
 	if err != nil {
 		return err
@@ -99,8 +102,13 @@ func sdkUpload(ctx context.Context, cli *s3.Client, bucket, key, path string, pa
 				if _, err := f.ReadAt(b, off); err != nil && !errors.Is(err, io.EOF) {
 					return err
 				}
+				var sum *string
+				if contentMD5 {
+					h := md5.Sum(b)
+					sum = aws.String(base64.StdEncoding.EncodeToString(h[:]))
+				}
 				out, err := cli.UploadPart(gctx, &s3.UploadPartInput{
-					Bucket: &bucket, Key: &key, UploadId: mp.UploadId,
+					Bucket: &bucket, Key: &key, UploadId: mp.UploadId, ContentMD5: sum,
 					PartNumber: aws.Int32(int32(n)), Body: bytes.NewReader(b), ContentLength: aws.Int64(int64(len(b))),
 				}, s3.WithAPIOptions(v4.SwapComputePayloadSHA256ForUnsignedPayloadMiddleware))
 				if err != nil {
