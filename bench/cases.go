@@ -72,8 +72,10 @@ type result struct {
 	ClientCPU   float64
 	Load1       float64 // 1-minute load average when the case started
 	Phases      []phase
-	// MergeSeconds is ferry's own merge job time (its histogram's sum).
-	MergeSeconds float64
+	// MergeSeconds is ferry's own merge job time (its histogram's sum);
+	// VerifySeconds the read-back part of it, from the verification's
+	// throughput histogram (one upload: its sum is that upload's rate).
+	MergeSeconds, VerifySeconds float64
 	// For the direct GET, timed after the measured window: an fsync of
 	// the file it wrote and a SHA-256 pass over it, the two things
 	// `ferry download` does after its transfer.
@@ -373,6 +375,10 @@ func (b *bench) ferryUpload(ctx context.Context) (ferryUploadResult, error) {
 	out.Requests = m1.delta(w.m0, "ferry_http_requests_total")
 	out.MetricBytes, out.MetricName = m1.delta(w.m0, "ferry_upload_verify_bytes_total"), "ferry_upload_verify_bytes_total"
 	out.MergeSeconds = m1.delta(w.m0, "ferry_upload_merge_duration_seconds_sum")
+	if rate := m1.delta(w.m0, "ferry_upload_verify_throughput_bytes_per_second_sum"); rate > 0 &&
+		m1.delta(w.m0, "ferry_upload_verify_throughput_bytes_per_second_count") == 1 {
+		out.VerifySeconds = out.MetricBytes / rate
+	}
 	out.Phases = phasesBetween([]string{"hash", "upload", "verify"}, []mark{w.startMark(), up, verify, w.endMark(end, ps)})
 	return out, nil
 }
