@@ -155,7 +155,7 @@ func run(ctx context.Context, log *slog.Logger, o options) error {
 	if b.ferryBin, err = buildFerry(ctx, root, work); err != nil {
 		return err
 	}
-	commit := gitDescribe(ctx, root)
+	commit := ferryVersion(ctx, root)
 
 	b.file = filepath.Join(work, "random.bin")
 	log.Info("writing the random file", "size", o.size, "path", b.file)
@@ -389,14 +389,25 @@ func mysqlServerVersion(ctx context.Context, dsn string) string {
 	return v
 }
 
-func gitDescribe(ctx context.Context, root string) string {
-	cmd := exec.CommandContext(ctx, "git", "describe", "--always", "--dirty")
-	cmd.Dir = root
-	out, err := cmd.Output()
-	if err != nil {
+// ferryVersion names the ferry code being measured: the last commit that
+// touched anything outside bench/, with "-dirty" when such files have
+// uncommitted changes. Commits to the bench alone do not change it.
+func ferryVersion(ctx context.Context, root string) string {
+	git := func(args ...string) (string, error) {
+		cmd := exec.CommandContext(ctx, "git", args...)
+		cmd.Dir = root
+		out, err := cmd.Output()
+		return strings.TrimSpace(string(out)), err
+	}
+	outside := []string{"--", ".", ":(exclude)bench"}
+	commit, err := git(append([]string{"log", "-1", "--format=%h"}, outside...)...)
+	if err != nil || commit == "" {
 		return "unknown"
 	}
-	return strings.TrimSpace(string(out))
+	if st, err := git(append([]string{"status", "--porcelain"}, outside...)...); err == nil && st != "" {
+		commit += "-dirty"
+	}
+	return commit
 }
 
 // randomKey is a fresh credential for the bench's own S3 server.

@@ -307,8 +307,8 @@ func (rp report) verdicts() []verdict {
 	v2 := verdict{
 		Target: fmt.Sprintf("ferry's API-server CPU ≤ %.2f s/GiB for the control plane", targetControlCPU),
 		Measured: fmt.Sprintf("%.3f s/GiB from start to `complete` (%.0f API requests per GiB; idle polling would account for %.3f of it); "+
-			"with the merge's read-back verification %.3f s/GiB; tusd: %.3f s/GiB",
-			control, fu.Requests/gibs, idleShare, fu.CPUPerGiB, tu.CPUPerGiB),
+			"with the merge's read-back verification %.3f s/GiB; tusd: %.3f s/GiB (%.3f of it in user space, the rest the kernel moving its bytes)",
+			control, fu.Requests/gibs, idleShare, fu.CPUPerGiB, tu.CPUPerGiB, tu.CPUPerGiB-tu.SysPerGiB),
 		Met: control <= targetControlCPU,
 	}
 	if !v2.Met {
@@ -418,7 +418,7 @@ func (rp report) markdown() string {
 	fmt.Fprintf(&b, "| CPU | %s, %d cores (shared with other work; see the load average) |\n", m.CPU, m.Cores)
 	fmt.Fprintf(&b, "| RAM | %s |\n| Kernel | Linux %s |\n| Go | %s |\n", m.RAM, m.Kernel, m.GoVersion)
 	fmt.Fprintf(&b, "| Load average (1, 5, 15 min) at start | %s |\n| Load average at end | %s |\n", m.LoadStart, m.LoadEnd)
-	fmt.Fprintf(&b, "| ferry | `%s`, database: %s, part size %s, client concurrency %d |\n", rp.Commit, rp.DB, formatSize(rp.Info.PartSize), rp.Info.Concurrency)
+	fmt.Fprintf(&b, "| ferry | code at `%s`, database: %s, part size %s, client concurrency %d |\n", rp.Commit, rp.DB, formatSize(rp.Info.PartSize), rp.Info.Concurrency)
 	fmt.Fprintf(&b, "| S3 | VersityGW %s, standalone process, POSIX backend on the local disk, keep-alive on |\n", versityTool().version)
 	fmt.Fprintf(&b, "| tusd | %s, S3 store with its defaults (50 MiB parts, 10 part uploads at once, MD5 and SHA-256 of each part), ", tusdTool().version)
 	if rp.Info.TusChunk > 0 {
