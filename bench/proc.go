@@ -1,0 +1,197 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// userHZ is the unit of utime and stime in /proc/<pid>/stat. The kernel
+// reports them in USER_HZ, which is 100 on every architecture Go runs
+// Linux on; reading sysconf(_SC_CLK_TCK) would need cgo for no gain.
+const userHZ = 100
+
+// usage is what a process has consumed since it started.
+type usage struct {
+	CPU   float64 // utime+stime, seconds (10 ms resolution)
+	Sys   float64 // stime alone: the kernel's share, mostly moving bytes through sockets
+	RChar int64   // bytes returned by read(2) and friends: sockets and files alike
+}
+
+func (u usage) sub(v usage) usage {
+	return usage{CPU: u.CPU - v.CPU, Sys: u.Sys - v.Sys, RChar: u.RChar - v.RChar}
+}
+
+// readUsage reads a live process's CPU time and read bytes from /proc.
+func readUsage(pid int) (usage, error) {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return usage{}, err
+	}
+	// The command name (field 2) is in parentheses and may hold spaces;
+	// fields are counted from the last ')'.
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 {
+		return usage{}, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
+	}
+	f := strings.Fields(string(stat[i+1:]))
+	if len(f) < 13 {
+		return usage{}, fmt.Errorf("/proc/%d/stat: too few fields", pid)
+	}
+	// f[0] is field 3 (state); utime and stime are fields 14 and 15.
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return usage{}, fmt.Errorf("/proc/%d/stat: bad utime/stime", pid)
+	}
+	u := usage{CPU: float64(utime+stime) / userHZ, Sys: float64(stime) / userHZ}
+	ioStat, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
+	if err != nil {
+		return usage{}, err
+	}
+	for line := range strings.Lines(string(ioStat)) {
+		if v, ok := strings.CutPrefix(line, "rchar: "); ok {
+			u.RChar, err = strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			if err != nil {
+				return usage{}, fmt.Errorf("/proc/%d/io: %w", pid, err)
+			}
+		}
+	}
+	return u, nil
+}
+
+// selfCPU is this process's CPU time: the in-process clients (raw SDK,
+// tus, direct GET) are measured with it.
+func selfCPU() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	tv := func(t syscall.Timeval) float64 { return float64(t.Sec) + float64(t.Usec)/1e6 }
+	return tv(ru.Utime) + tv(ru.Stime)
+}
+
+// metrics are a Prometheus text exposition summed by metric name (all
+// label sets together): enough for counters such as requests or bytes.
+type metrics map[string]float64
+
+func (m metrics) delta(before metrics, name string) float64 { return m[name] - before[name] }
+
+// scrape reads a /metrics endpoint. An empty url gives empty metrics.
+func scrape(ctx context.Context, url string) (metrics, error) {
+	m := metrics{}
+	if url == "" {
+		return m, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || line[0] == '#' || strings.Contains(line, `route="/metrics"`) {
+			continue // comments, and ferry counting the bench's own scrapes
+		}
+		name, rest, _ := strings.Cut(line, " ")
+		if i := strings.IndexByte(line, '{'); i >= 0 && i < len(name) {
+			// Labels may hold spaces; the value follows the closing brace.
+			name = line[:i]
+			j := strings.LastIndexByte(line, '}')
+			rest = strings.TrimSpace(line[j+1:])
+		}
+		fields := strings.Fields(rest)
+		if len(fields) == 0 {
+			continue
+		}
+		v, err := strconv.ParseFloat(fields[0], 64)
+		if err != nil {
+			continue
+		}
+		m[name] += v
+	}
+	return m, sc.Err()
+}
+
+// machine describes where the figures were measured.
+type machine struct {
+	CPU       string
+	Cores     int
+	RAM       string
+	Kernel    string
+	GoVersion string
+	LoadStart string
+	LoadEnd   string
+	Started   time.Time
+	Finished  time.Time
+}
+
+func describeMachine(goVersion string) machine {
+	m := machine{Cores: runtime.NumCPU(), GoVersion: goVersion, Started: time.Now(), LoadStart: loadAvg()}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for line := range strings.Lines(string(b)) {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.CPU = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		for line := range strings.Lines(string(b)) {
+			if v, ok := strings.CutPrefix(line, "MemTotal:"); ok {
+				kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+				m.RAM = fmt.Sprintf("%.1f GiB", float64(kb)/(1<<20))
+			}
+		}
+	}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m.Kernel = strings.TrimSpace(string(b))
+	}
+	return m
+}
+
+// loadAvg is the 1, 5 and 15 minute load averages.
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// load1 is the 1 minute load average, recorded at the start of each case.
+func load1() float64 {
+	f := strings.Fields(loadAvg())
+	if len(f) == 0 {
+		return 0
+	}
+	v, _ := strconv.ParseFloat(f[0], 64)
+	return v
+}
+
+// drain reads and discards the rest of r, for response bodies.
+func drain(r io.Reader) { io.Copy(io.Discard, r) }
