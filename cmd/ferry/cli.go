@@ -108,6 +108,7 @@ type reporter struct {
 	label string
 	bar   *progressbar.ProgressBar
 	phase string
+	shown int64 // bytes done in the last plain line printed
 	last  time.Time
 }
 
@@ -143,10 +144,13 @@ func (r *reporter) progress(p client.Progress) {
 			"rate": int64(p.Rate), "eta_seconds": p.ETA.Seconds(),
 		})
 	case "lines":
-		if time.Since(r.last) < 2*time.Second && p.Phase == r.phase && p.Done != p.Total {
+		// A line when a phase starts, every 2 s, and when it completes;
+		// never the same state twice.
+		same := p.Phase == r.phase && p.Done == r.shown
+		if same || (p.Phase == r.phase && time.Since(r.last) < 2*time.Second && p.Done != p.Total) {
 			return
 		}
-		r.last, r.phase = time.Now(), p.Phase
+		r.last, r.phase, r.shown = time.Now(), p.Phase, p.Done
 		fmt.Fprintf(r.out, "%s: %s %s/%s %s/s eta %s\n", r.label, p.Phase, human(p.Done), human(p.Total), human(int64(p.Rate)), p.ETA.Round(time.Second))
 	case "bar":
 		if r.bar == nil || r.phase != p.Phase {

@@ -35,13 +35,13 @@ func cmdDemo(args []string, stdout, stderr io.Writer) error {
 		return usageError{errors.New(demoUsage + " (at least 2 users and 1 conversation)")}
 	}
 	ctx := context.Background()
-	cfg, db, err := openMigrated(ctx, stderr)
+	db, err := openMigrated(ctx, stderr)
 	if err != nil {
 		return err
 	}
 	defer closeDB(db)
 
-	usersSvc := newUsers(db, cfg)
+	usersSvc := newUsers(db)
 	existing, err := usersSvc.List(ctx)
 	if err != nil {
 		return err

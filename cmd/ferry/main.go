@@ -179,12 +179,12 @@ func cmdUser(args []string, stdout, stderr io.Writer) error {
 		return usageError{errors.New("usage: ferry user create NAME [--admin]")}
 	}
 	ctx := context.Background()
-	cfg, db, err := openMigrated(ctx, stderr)
+	db, err := openMigrated(ctx, stderr)
 	if err != nil {
 		return err
 	}
 	defer closeDB(db)
-	u, token, err := newUsers(db, cfg).Create(ctx, name, *admin)
+	u, token, err := newUsers(db).Create(ctx, name, *admin)
 	if err != nil {
 		return err
 	}
@@ -194,18 +194,18 @@ func cmdUser(args []string, stdout, stderr io.Writer) error {
 
 // openMigrated loads the configuration and opens and migrates the
 // database, for the one-shot subcommands. The caller closes the database.
-func openMigrated(ctx context.Context, stderr io.Writer) (*config.Config, *gorm.DB, error) {
+func openMigrated(ctx context.Context, stderr io.Writer) (*gorm.DB, error) {
 	cfg, err := loadConfig()
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	db, err := openDatabase(ctx, cfg, newLogger(cfg, stderr))
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	if _, err := migrate(ctx, db); err != nil {
 		closeDB(db)
-		return nil, nil, err
+		return nil, err
 	}
-	return cfg, db, nil
+	return db, nil
 }

@@ -118,7 +118,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
-	usersSvc := newUsers(db, cfg)
+	usersSvc := newUsers(db)
 	if cfg.DBDriver == config.DriverSQLite {
 		token, err := usersSvc.Bootstrap(ctx)
 		if err != nil {
@@ -239,7 +239,7 @@ func cmdServe(args []string, stdout, stderr io.Writer) error {
 	// Graceful shutdown: stop accepting and let in-flight requests finish;
 	// stop claiming jobs and let running ones finish, then release what is
 	// left so another replica takes it at once.
-	log.Info("shutting down", "timeout", cfg.ShutdownTimeout)
+	log.Info("shutting down", "timeout", cfg.ShutdownTimeout.String())
 	shutCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancel()
 	stopWorkers()
@@ -277,7 +277,7 @@ func migrate(ctx context.Context, db *gorm.DB) ([]int, error) {
 	return applied, nil
 }
 
-func newUsers(db *gorm.DB, _ *config.Config) *users.Service {
+func newUsers(db *gorm.DB) *users.Service {
 	return users.New(db, time.Now, sessionTTL)
 }
 
