@@ -6,11 +6,9 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/url"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -20,7 +18,6 @@ import (
 	"time"
 
 	"github.com/minio/minio-go/v7"
-	"github.com/minio/minio-go/v7/pkg/credentials"
 	"gorm.io/gorm"
 
 	"github.com/ferry-io/ferry/internal/testenv"
@@ -52,26 +49,7 @@ func ferryDB(t *testing.T, f *Ferry) *gorm.DB {
 // independent client.
 func ferryObject(t *testing.T, f *Ferry, key string) []byte {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(f.Dir, "ferry-data", "s3-credentials.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var creds struct {
-		AccessKey string `json:"access_key"`
-		SecretKey string `json:"secret_key"`
-	}
-	json.Unmarshal(b, &creds)
-	var addr string
-	for _, kv := range f.Env {
-		if v, ok := strings.CutPrefix(kv, "FERRY_S3_EMBEDDED_ADDR="); ok {
-			addr = v
-		}
-	}
-	c, err := minio.New(addr, &minio.Options{Creds: credentials.NewStaticV4(creds.AccessKey, creds.SecretKey, ""), Region: "us-east-1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	o, err := c.GetObject(context.Background(), "ferry", key, minio.GetObjectOptions{})
+	o, err := embeddedBucket(t, f).Client.GetObject(context.Background(), "ferry", key, minio.GetObjectOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
