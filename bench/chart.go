@@ -19,6 +19,7 @@ var (
 	colorFerry   = color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff}
 	colorCeiling = color.RGBA{R: 0x99, G: 0x99, B: 0x99, A: 0xff}
 	colorTusd    = color.RGBA{R: 0xff, G: 0x7f, B: 0x0e, A: 0xff}
+	colorAWSCLI  = color.RGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff}
 	colorTarget  = color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff}
 	// colorReference marks a reference point that is not a ceiling.
 	colorReference = color.RGBA{R: 0xc7, G: 0xc7, B: 0xc7, A: 0xff}
@@ -36,24 +37,26 @@ type bar struct {
 // of every case, and the API server's CPU per GiB.
 func (rp report) chart(path string) error {
 	var speed []bar
-	for _, c := range caseOrder {
+	for _, c := range rp.cases() {
 		s := rp.summarise(c)
 		col := colorFerry
 		switch c {
-		case caseSDKUpload, caseS3Get:
+		case caseSDKUpload, caseSDKUploadCRC32, caseS3Get:
 			col = colorCeiling
 		case caseSDKUploadMD5:
 			col = colorReference
 		case caseTusdUpload:
 			col = colorTusd
+		case caseAWSCLIUpload:
+			col = colorAWSCLI
 		}
 		speed = append(speed, bar{name: plainTitle(c), value: s.MiBps, label: fmt.Sprintf("%.0f MiB/s", s.MiBps), color: col})
 	}
 	fu, tu, fd := rp.summarise(caseFerryUpload), rp.summarise(caseTusdUpload), rp.summarise(caseFerryDownload)
-	control := fu.phase("hash").ServerCPU + fu.phase("upload").ServerCPU
+	control, total := fu.ControlCPUPerGiB, fu.ControlCPUPerGiB+fu.BackgroundCPUPerGiB
 	cpu := []bar{
 		{name: "ferry upload: control plane", value: control, label: fmt.Sprintf("%.3f s", control), color: colorFerry},
-		{name: "ferry upload: + merge verification", value: fu.CPUPerGiB, label: fmt.Sprintf("%.3f s", fu.CPUPerGiB), color: colorFerry},
+		{name: "ferry upload: + background SHA-256", value: total, label: fmt.Sprintf("%.3f s", total), color: colorFerry},
 		{name: "tusd upload", value: tu.CPUPerGiB, label: fmt.Sprintf("%.3f s", tu.CPUPerGiB), color: colorTusd},
 		{name: "ferry download (proxy)", value: fd.CPUPerGiB, label: fmt.Sprintf("%.3f s", fd.CPUPerGiB), color: colorFerry},
 	}

@@ -5,9 +5,13 @@
 //     `ferry serve` (SQLite, or MySQL with -mysql); the bytes go from the
 //     client straight to S3 through presigned part URLs;
 //   - the raw aws-sdk-go-v2 multipart upload straight to S3 with the same
-//     part size and concurrency: the ceiling; and the same again with the
-//     Content-MD5 that ferry's part URLs require, to price that check;
+//     part size and concurrency: the ceiling; the same with a CRC32C per
+//     part and a full-object CRC32C checked at complete, the integrity
+//     ferry's checksummed uploads carry (the second ceiling); and the same
+//     with the Content-MD5 of ferry's older part URLs;
 //   - tusd v2 with its S3 store, where every byte passes through tusd;
+//   - `aws s3 cp`, when the AWS CLI is on PATH, with the same part size
+//     and concurrency;
 //   - `ferry download` through ferry's download proxy, against a direct S3
 //     GET of the same object.
 //
@@ -25,12 +29,13 @@
 // server's CPU seconds (utime+stime from /proc/<pid>/stat) and bytes read
 // (rchar from /proc/<pid>/io) per GiB, plus the server's own Prometheus
 // counters, and the client's and VersityGW's CPU. The ferry CLI's runs are
-// split where its --json progress changes phase, so the upload's control
-// plane (init, presign, part reports, complete) is told apart from the
-// merge's read-back verification.
+// split at its first part PUT, at the last byte sent, at the server's
+// success (S3's CompleteMultipartUpload, timed in the raw SDK runs, is the
+// yardstick for that wait) and at the end of the background SHA-256, so
+// the control plane's CPU is told apart from the verify job's.
 //
 // It prints a markdown table and writes results.json, results.md (with the
-// machine described and the three targets compared) and chart.png into
+// machine described and issue 12's targets compared) and chart.png into
 // -out. See bench/README.md.
 //
 // The package has no tests on purpose: it is a program that takes minutes

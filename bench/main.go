@@ -19,6 +19,7 @@ import (
 	"runtime/pprof"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -42,6 +43,7 @@ type options struct {
 	seed        uint64
 	cpuProfile  string
 	render      string
+	aws         string
 }
 
 const (
@@ -69,6 +71,7 @@ func main() {
 	flag.DurationVar(&o.settle, "settle", 3*time.Second, "pause after flushing dirty pages before each case")
 	flag.Uint64Var(&o.seed, "seed", 1, "seed of the random file")
 	flag.StringVar(&o.render, "render", "", "only re-render results.md and chart.png into -out from this results.json")
+	flag.StringVar(&o.aws, "aws", "aws", "the AWS CLI for the `aws s3 cp` case: a path, or a name looked up on PATH; \"none\" leaves the case out")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the bench process (the in-process SDK and tus clients) to this file")
 	flag.Parse()
 	o.size, o.partSize, o.tusChunk = size.v, part.v, tusChunk.v
@@ -117,6 +120,12 @@ type bench struct {
 	token    string
 	tusd     *process
 	tusdURL  string
+
+	aws, awsVersion string // the AWS CLI, when on PATH
+
+	// apiCalls counts the bench's own requests to ferry, which ferry's
+	// request counter must not be charged with.
+	apiCalls atomic.Int64
 }
 
 func run(ctx context.Context, log *slog.Logger, o options) error {
@@ -182,6 +191,11 @@ func run(ctx context.Context, log *slog.Logger, o options) error {
 	if err := b.startTusd(ctx, tusdBin); err != nil {
 		return err
 	}
+	if b.aws, b.awsVersion = findAWSCLI(ctx, o.aws); b.aws == "" {
+		log.Warn("no AWS CLI: the `aws s3 cp` case is left out (Debian: apt-get install awscli)", "aws", o.aws)
+	} else {
+		log.Info("aws s3 cp joins the uploads", "version", b.awsVersion)
+	}
 
 	idle, err := b.measureIdle(ctx, 10*time.Second)
 	if err != nil {
@@ -237,11 +251,10 @@ func (b *bench) runOnce(ctx context.Context, run int) ([]result, error) {
 		out = append(out, r)
 		return nil
 	}
-	if err := add(b.sdkUpload(ctx, false)); err != nil {
-		return out, err
-	}
-	if err := add(b.sdkUpload(ctx, true)); err != nil {
-		return out, err
+	for _, pin := range []integrity{pinNothing, pinCRC32C, pinMD5} {
+		if err := add(b.sdkUpload(ctx, pin)); err != nil {
+			return out, err
+		}
 	}
 	up, err := b.ferryUpload(ctx)
 	if err := add(up.result, err); err != nil {
@@ -250,10 +263,22 @@ func (b *bench) runOnce(ctx context.Context, run int) ([]result, error) {
 	if err := add(b.tusdUpload(ctx)); err != nil {
 		return out, err
 	}
+	if b.aws != "" {
+		if err := add(b.awsUpload(ctx)); err != nil {
+			return out, err
+		}
+	}
 	if err := add(b.s3Get(ctx, up.uploadID)); err != nil {
 		return out, err
 	}
 	if err := add(b.ferryDownload(ctx, up.fileID)); err != nil {
+		return out, err
+	}
+	r, again, err := b.ferryUploadNoInstant(ctx)
+	if err := add(r, err); err != nil {
+		return out, err
+	}
+	if err := b.deleteFile(ctx, again); err != nil {
 		return out, err
 	}
 	// The next run must upload the bytes again, not get an instant

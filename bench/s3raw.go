@@ -7,9 +7,11 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"net/http"
 	"os"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
@@ -50,36 +52,55 @@ func newS3(endpoint, accessKey, secretKey string) *s3.Client {
 	})
 }
 
+// integrity is what a raw SDK upload pins on each part.
+type integrity int
+
+const (
+	pinNothing integrity = iota // the plain ceiling
+	pinMD5                      // Content-MD5 per part, as ferry's old part URLs required
+	// pinCRC32C is what ferry's checksummed uploads do: the multipart
+	// upload is created with a FULL_OBJECT CRC32C, each part carries its
+	// x-amz-checksum-crc32c, and the complete names the whole file's
+	// CRC32C, which S3 checks.
+	pinCRC32C
+)
+
 // sdkUpload is a hand-written parallel multipart upload with ferry's part
 // size and concurrency: concurrency workers, each with one part buffer,
 // read a part from the file and PUT it. It is what ferry's client does
-// minus the API calls, the whole-file SHA-256 and, unless contentMD5 is
-// set, the Content-MD5 of each part.
-func sdkUpload(ctx context.Context, cli *s3.Client, bucket, key, path string, partSize int64, concurrency int, contentMD5 bool) error {
+// minus the API calls and the whole-file SHA-256, with the per-part
+// integrity pin chosen. It returns how long S3's CompleteMultipartUpload
+// took, measured around the call.
+func sdkUpload(ctx context.Context, cli *s3.Client, bucket, key, path string, partSize int64, concurrency int, pin integrity) (time.Duration, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer f.Close()
 	st, err := f.Stat()
 	if err != nil {
-		return err
+		return 0, err
 	}
 	size := st.Size()
 	count := int((size + partSize - 1) / partSize)
 	if count == 0 {
-		return errors.New("empty file")
+		return 0, errors.New("empty file")
 	}
 
-	mp, err := cli.CreateMultipartUpload(ctx, &s3.CreateMultipartUploadInput{Bucket: &bucket, Key: &key})
+	create := &s3.CreateMultipartUploadInput{Bucket: &bucket, Key: &key}
+	if pin == pinCRC32C {
+		create.ChecksumAlgorithm, create.ChecksumType = types.ChecksumAlgorithmCrc32c, types.ChecksumTypeFullObject
+	}
+	mp, err := cli.CreateMultipartUpload(ctx, create)
 	if err != nil {
-		return fmt.Errorf("CreateMultipartUpload: %w", err)
+		return 0, fmt.Errorf("CreateMultipartUpload: %w", err)
 	}
 	abort := func() {
 		cli.AbortMultipartUpload(context.WithoutCancel(ctx), &s3.AbortMultipartUploadInput{Bucket: &bucket, Key: &key, UploadId: mp.UploadId})
 	}
 
 	parts := make([]types.CompletedPart, count)
+	crcs := make([]uint32, count)
 	next := make(chan int)
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
@@ -102,36 +123,52 @@ func sdkUpload(ctx context.Context, cli *s3.Client, bucket, key, path string, pa
 				if _, err := f.ReadAt(b, off); err != nil && !errors.Is(err, io.EOF) {
 					return err
 				}
-				var sum *string
-				if contentMD5 {
-					h := md5.Sum(b)
-					sum = aws.String(base64.StdEncoding.EncodeToString(h[:]))
-				}
-				out, err := cli.UploadPart(gctx, &s3.UploadPartInput{
-					Bucket: &bucket, Key: &key, UploadId: mp.UploadId, ContentMD5: sum,
+				in := &s3.UploadPartInput{
+					Bucket: &bucket, Key: &key, UploadId: mp.UploadId,
 					PartNumber: aws.Int32(int32(n)), Body: bytes.NewReader(b), ContentLength: aws.Int64(int64(len(b))),
-				}, s3.WithAPIOptions(v4.SwapComputePayloadSHA256ForUnsignedPayloadMiddleware))
+				}
+				switch pin {
+				case pinMD5:
+					h := md5.Sum(b)
+					in.ContentMD5 = aws.String(base64.StdEncoding.EncodeToString(h[:]))
+				case pinCRC32C:
+					crcs[n-1] = crc32.Checksum(b, castagnoli)
+					in.ChecksumCRC32C = aws.String(encodeCRC32C(crcs[n-1]))
+				}
+				out, err := cli.UploadPart(gctx, in, s3.WithAPIOptions(v4.SwapComputePayloadSHA256ForUnsignedPayloadMiddleware))
 				if err != nil {
 					return fmt.Errorf("UploadPart %d: %w", n, err)
 				}
-				parts[n-1] = types.CompletedPart{ETag: out.ETag, PartNumber: aws.Int32(int32(n))}
+				parts[n-1] = types.CompletedPart{ETag: out.ETag, PartNumber: aws.Int32(int32(n)), ChecksumCRC32C: in.ChecksumCRC32C}
 			}
 			return nil
 		})
 	}
 	if err := g.Wait(); err != nil {
 		abort()
-		return err
+		return 0, err
 	}
-	_, err = cli.CompleteMultipartUpload(ctx, &s3.CompleteMultipartUploadInput{
+	complete := &s3.CompleteMultipartUploadInput{
 		Bucket: &bucket, Key: &key, UploadId: mp.UploadId,
 		MultipartUpload: &types.CompletedMultipartUpload{Parts: parts},
-	})
+	}
+	if pin == pinCRC32C {
+		// The whole file's CRC32C from the parts' (no second read), as a
+		// client hashing while it sends would have it.
+		whole := crcs[0]
+		for i := 1; i < count; i++ {
+			whole = crc32cCombine(whole, crcs[i], min(partSize, size-int64(i)*partSize))
+		}
+		complete.ChecksumCRC32C, complete.ChecksumType = aws.String(encodeCRC32C(whole)), types.ChecksumTypeFullObject
+	}
+	t := time.Now()
+	_, err = cli.CompleteMultipartUpload(ctx, complete)
+	took := time.Since(t)
 	if err != nil {
 		abort()
-		return fmt.Errorf("CompleteMultipartUpload: %w", err)
+		return 0, fmt.Errorf("CompleteMultipartUpload: %w", err)
 	}
-	return nil
+	return took, nil
 }
 
 // s3Get downloads an object into path with one plain GetObject, the way

@@ -153,6 +153,7 @@ func (b *bench) api(ctx context.Context, method, path string, out any) error {
 		return err
 	}
 	req.Header.Set("Authorization", "Bearer "+b.token)
+	b.apiCalls.Add(1)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return err

@@ -13,6 +13,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/ferry-io/ferry/errkind"
+	"github.com/ferry-io/ferry/internal/page"
 	"github.com/ferry-io/ferry/models"
 )
 
@@ -21,8 +22,8 @@ const (
 	MaxTitleLen     = 200      // characters
 	MaxBodyBytes    = 16 << 10 // bytes of UTF-8
 	MaxAttachments  = 20
-	DefaultPageSize = 100
-	MaxPageSize     = 1000
+	DefaultPageSize = page.DefaultLimit // messages per page
+	MaxPageSize     = page.MaxLimit
 )
 
 // Errors the service returns. Callers that never were members of a
@@ -36,6 +37,11 @@ var (
 	ErrMessageNotFound      = errkind.New(errkind.NotFound, "message_not_found", "no such message")
 	ErrNotSender            = errkind.New(errkind.Forbidden, "not_sender", "only the sender or an admin may recall a message")
 	ErrNotSelf              = errkind.New(errkind.Forbidden, "not_self", "members may only remove themselves; admins may remove anyone")
+	// ErrInvalidTitle and ErrInvalidBody are also what the HTTP layer
+	// answers for a title or body that is not valid Unicode in the JSON
+	// itself (an escaped lone surrogate, which decoding would replace).
+	ErrInvalidTitle = errkind.Invalidf("invalid_title", "title must be 1-%d characters of valid UTF-8 without control characters", MaxTitleLen)
+	ErrInvalidBody  = errkind.Invalidf("invalid_body", "the body must be valid UTF-8 text (no unpaired surrogate escapes) without NUL characters")
 )
 
 // Files answers whether file ids belong to a user. The uploads feature
@@ -76,29 +82,45 @@ type Message struct {
 	SentAt       time.Time
 }
 
-// Options tune a Service.
-type Options struct {
+// Config configures a Service.
+type Config struct {
+	DB    *gorm.DB // required
+	Files Files    // required: checks attachment ownership
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
-	// BeforeCommit, when set, runs inside every write transaction after
-	// the gseq is allocated and the rows are written, just before the
-	// commit. Tests use it to hold transactions open for a random time.
-	BeforeCommit func()
 }
 
 // Service is the chat API. It is safe for concurrent use.
 type Service struct {
 	db    *gorm.DB
 	files Files
-	opts  Options
+	now   func() time.Time
+	// beforeCommit, when set, runs inside every write transaction after
+	// the gseq is allocated and the rows are written, just before the
+	// commit.
+	beforeCommit func()
 }
 
-// New returns a Service over db. files checks attachment ownership.
-func New(db *gorm.DB, files Files, opts Options) *Service {
-	if opts.Now == nil {
-		opts.Now = time.Now
+// An Option changes a Service for a test.
+type Option func(*Service)
+
+// WithBeforeCommit makes every write transaction call fn just before it
+// commits: tests hold transactions open there for a random time.
+func WithBeforeCommit(fn func()) Option { return func(s *Service) { s.beforeCommit = fn } }
+
+// New returns a Service.
+func New(c Config, opts ...Option) (*Service, error) {
+	if c.DB == nil || c.Files == nil {
+		return nil, errors.New("chat: DB and Files are required")
 	}
-	return &Service{db: db, files: files, opts: opts}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	s := &Service{db: c.DB, files: c.Files, now: c.Now}
+	for _, opt := range opts {
+		opt(s)
+	}
+	return s, nil
 }
 
 // write runs fn in a transaction that has allocated n gseqs; fn gets the
@@ -111,8 +133,8 @@ func (s *Service) write(ctx context.Context, n int64, fn func(tx *gorm.DB, first
 		if err := fn(tx, first); err != nil {
 			return err
 		}
-		if s.opts.BeforeCommit != nil {
-			s.opts.BeforeCommit()
+		if s.beforeCommit != nil {
+			s.beforeCommit()
 		}
 		return nil
 	})
@@ -163,14 +185,17 @@ func (s *Service) CreateConversation(ctx context.Context, actor Actor, title str
 	if err := checkTitle(title); err != nil {
 		return Conversation{}, err
 	}
-	now := models.Time(s.opts.Now())
+	now := models.Time(s.now())
 	conv := models.Conversation{ID: models.NewID("cnv"), Title: title, CreatedBy: actor.ID, CreatedAt: now}
 	err := s.write(ctx, 1, func(tx *gorm.DB, g int64) error {
 		conv.CreatedGseq = g
 		if err := tx.Create(&conv).Error; err != nil {
 			return err
 		}
-		return tx.Create(&models.Membership{ConversationID: conv.ID, UserID: actor.ID, JoinGseq: g, AddedBy: actor.ID, CreatedAt: now}).Error
+		if err := tx.Create(&models.Membership{ConversationID: conv.ID, UserID: actor.ID, JoinGseq: g, AddedBy: actor.ID, CreatedAt: now}).Error; err != nil {
+			return err
+		}
+		return listFor(tx, actor.ID, conv.ID, g)
 	})
 	if err != nil {
 		return Conversation{}, fmt.Errorf("chat: create conversation: %w", err)
@@ -180,48 +205,101 @@ func (s *Service) CreateConversation(ctx context.Context, actor Actor, title str
 
 func checkTitle(t string) error {
 	if t == "" || utf8.RuneCountInString(t) > MaxTitleLen || !utf8.ValidString(t) || strings.IndexFunc(t, unicode.IsControl) >= 0 {
-		return errkind.Invalidf("invalid_title", "title must be 1-%d characters without control characters", MaxTitleLen)
+		return ErrInvalidTitle
 	}
 	return nil
 }
 
 // Conversations lists the conversations the actor is or was a member of,
-// newest first.
-func (s *Service) Conversations(ctx context.Context, actor Actor) ([]Conversation, error) {
-	var rows []struct {
-		models.Conversation
-		JoinGseq  int64
-		OpenCount int64
+// newest first, a page at a time (package page): cursor is "" for the
+// first page and a returned next after that; next is "" on the last page.
+// The order is the gseq that created each conversation, unique and
+// indexed, so a page is one range on that index.
+func (s *Service) Conversations(ctx context.Context, actor Actor, cursor string, limit int) (list []Conversation, next string, err error) {
+	if limit, err = page.Limit(limit); err != nil {
+		return nil, "", err
 	}
-	err := s.db.WithContext(ctx).Raw(`SELECT c.*, MAX(m.join_gseq) AS join_gseq,
-			SUM(CASE WHEN m.leave_gseq IS NULL THEN 1 ELSE 0 END) AS open_count
-		FROM conversations c JOIN memberships m ON m.conversation_id = c.id
-		WHERE m.user_id = ?
-		GROUP BY c.id, c.title, c.created_by, c.created_gseq, c.last_seq, c.created_at
-		ORDER BY c.created_gseq DESC`, actor.ID).Scan(&rows).Error
-	if err != nil {
-		return nil, fmt.Errorf("chat: list conversations: %w", err)
+	after := int64(0)
+	if cursor != "" {
+		if after, err = page.DecodeInt(conversationList, cursor); err != nil {
+			return nil, "", err
+		}
 	}
-	out := make([]Conversation, len(rows))
+	var rows []models.Conversation
+	if err := conversationPage(s.db.WithContext(ctx), actor.ID, after, limit).Find(&rows).Error; err != nil {
+		return nil, "", fmt.Errorf("chat: list conversations: %w", err)
+	}
+	if len(rows) > limit {
+		rows = rows[:limit]
+		next = page.EncodeInt(conversationList, rows[limit-1].CreatedGseq)
+	}
+	if len(rows) == 0 {
+		return nil, "", nil
+	}
+	// The caller's membership in just this page's conversations.
+	ids := make([]string, len(rows))
 	for i, r := range rows {
-		out[i] = Conversation{ID: r.ID, Title: r.Title, CreatedBy: r.CreatedBy, CreatedAt: r.CreatedAt, JoinGseq: r.JoinGseq, Member: r.OpenCount > 0}
+		ids[i] = r.ID
 	}
-	return out, nil
+	var ms []struct {
+		ConversationID string
+		JoinGseq       int64
+		OpenCount      int64
+	}
+	err = s.db.WithContext(ctx).Raw(`SELECT conversation_id, MAX(join_gseq) AS join_gseq,
+			SUM(CASE WHEN leave_gseq IS NULL THEN 1 ELSE 0 END) AS open_count
+		FROM memberships WHERE user_id = ? AND conversation_id IN ? GROUP BY conversation_id`, actor.ID, ids).Scan(&ms).Error
+	if err != nil {
+		return nil, "", fmt.Errorf("chat: list conversations: %w", err)
+	}
+	byConv := make(map[string]int, len(ms))
+	for i, m := range ms {
+		byConv[m.ConversationID] = i
+	}
+	list = make([]Conversation, len(rows))
+	for i, r := range rows {
+		list[i] = Conversation{ID: r.ID, Title: r.Title, CreatedBy: r.CreatedBy, CreatedAt: r.CreatedAt}
+		if k, ok := byConv[r.ID]; ok {
+			list[i].JoinGseq, list[i].Member = ms[k].JoinGseq, ms[k].OpenCount > 0
+		}
+	}
+	return list, next, nil
+}
+
+// conversationList names the conversation list in its cursors.
+const conversationList = "conversations"
+
+// conversationPage selects up to limit+1 conversations of userID created
+// before gseq after (0: the newest), newest first: one range on
+// user_conversations' index (user_id, created_gseq), each row joined to
+// its conversation by primary key.
+func conversationPage(db *gorm.DB, userID string, after int64, limit int) *gorm.DB {
+	q := db.Table("user_conversations uc").Select("c.*").
+		Joins("JOIN conversations c ON c.id = uc.conversation_id").Where("uc.user_id = ?", userID)
+	if after > 0 {
+		q = q.Where("uc.created_gseq < ?", after)
+	}
+	return q.Order("uc.created_gseq DESC").Limit(limit + 1)
+}
+
+// listFor records, with userID's first membership of conv, that conv is on
+// their conversation list. Every writer of memberships calls it (or does
+// the same: Seed, chattest.Churn).
+func listFor(tx *gorm.DB, userID, conv string, createdGseq int64) error {
+	return tx.Create(&models.UserConversation{UserID: userID, ConversationID: conv, CreatedGseq: createdGseq}).Error
 }
 
 // membership reports whether userID is a member of conv now (open) and
 // whether they ever were. A missing conversation is never-member.
 func membership(tx *gorm.DB, conv, userID string) (open, ever bool, err error) {
-	var rows []struct{ LeaveGseq *int64 }
-	if err := tx.Raw("SELECT leave_gseq FROM memberships WHERE conversation_id = ? AND user_id = ?", conv, userID).Scan(&rows).Error; err != nil {
+	// One row however many intervals the user has had.
+	var r struct{ Intervals, Open int64 }
+	err = tx.Raw(`SELECT COUNT(*) AS intervals, COALESCE(SUM(CASE WHEN leave_gseq IS NULL THEN 1 ELSE 0 END), 0) AS open
+		FROM memberships WHERE user_id = ? AND conversation_id = ?`, userID, conv).Scan(&r).Error
+	if err != nil {
 		return false, false, err
 	}
-	for _, r := range rows {
-		if r.LeaveGseq == nil {
-			open = true
-		}
-	}
-	return open, len(rows) > 0, nil
+	return r.Open > 0, r.Intervals > 0, nil
 }
 
 // requireMember fails unless actor is a member of conv now.
@@ -253,7 +331,7 @@ func (s *Service) AddMember(ctx context.Context, actor Actor, conv, userID strin
 		if n == 0 {
 			return ErrUserNotFound
 		}
-		open, _, err := membership(tx, conv, userID)
+		open, ever, err := membership(tx, conv, userID)
 		if err != nil {
 			return err
 		}
@@ -261,7 +339,17 @@ func (s *Service) AddMember(ctx context.Context, actor Actor, conv, userID strin
 			return ErrAlreadyMember
 		}
 		join = g
-		return tx.Create(&models.Membership{ConversationID: conv, UserID: userID, JoinGseq: g, AddedBy: actor.ID, CreatedAt: models.Time(s.opts.Now())}).Error
+		if err := tx.Create(&models.Membership{ConversationID: conv, UserID: userID, JoinGseq: g, AddedBy: actor.ID, CreatedAt: models.Time(s.now())}).Error; err != nil {
+			return err
+		}
+		if ever {
+			return nil
+		}
+		var created int64
+		if err := tx.Raw("SELECT created_gseq FROM conversations WHERE id = ?", conv).Scan(&created).Error; err != nil {
+			return err
+		}
+		return listFor(tx, userID, conv, created)
 	})
 	if err != nil {
 		return 0, wrap("add member", err)
@@ -332,7 +420,7 @@ func (s *Service) Post(ctx context.Context, actor Actor, conv, body string, atta
 			return Message{}, err
 		}
 	}
-	now := models.Time(s.opts.Now())
+	now := models.Time(s.now())
 	msg := models.Message{ConversationID: conv, SenderID: actor.ID, Body: body, SentAt: now}
 	err := s.write(ctx, 1, func(tx *gorm.DB, g int64) error {
 		if err := requireMember(tx, conv, actor.ID); err != nil {
@@ -367,7 +455,7 @@ func checkMessage(body string, attachments []string) error {
 		return errkind.New(errkind.TooLarge, "body_too_long", "a message body may have at most %d bytes", MaxBodyBytes)
 	}
 	if !utf8.ValidString(body) || strings.ContainsRune(body, 0) {
-		return errkind.Invalidf("invalid_body", "the body must be UTF-8 text without NUL characters")
+		return ErrInvalidBody
 	}
 	if strings.TrimSpace(body) == "" && len(attachments) == 0 {
 		return errkind.Invalidf("empty_message", "a message needs a body or an attachment")
@@ -419,7 +507,7 @@ func (s *Service) Recall(ctx context.Context, actor Actor, conv string, seq int6
 			return alreadyRecalled{prev[0]}
 		}
 		recall = g
-		return tx.Create(&models.Recall{ConversationID: conv, Seq: seq, RecallGseq: g, RecalledBy: actor.ID, RecalledAt: models.Time(s.opts.Now())}).Error
+		return tx.Create(&models.Recall{ConversationID: conv, Seq: seq, RecallGseq: g, RecalledBy: actor.ID, RecalledAt: models.Time(s.now())}).Error
 	})
 	var ar alreadyRecalled
 	if errors.As(err, &ar) {
@@ -450,14 +538,12 @@ func (s *Service) Messages(ctx context.Context, actor Actor, conv string, after 
 	if limit < 0 || limit > MaxPageSize || after < 0 {
 		return nil, errkind.Invalidf("invalid_page", "limit must be 1-%d and after a non-negative seq", MaxPageSize)
 	}
-	ivs, err := Intervals(ctx, s.db, actor.ID, conv, 0)
-	if err != nil {
-		return nil, err
-	}
-	if len(ivs) == 0 {
+	if _, ever, err := membership(s.db.WithContext(ctx), conv, actor.ID); err != nil {
+		return nil, fmt.Errorf("chat: messages: %w", err)
+	} else if !ever {
 		return nil, ErrConversationNotFound
 	}
-	return ReadMessages(ctx, s.db, Range{Conversation: conv, Intervals: ivs[0].Intervals, FromSeq: after + 1, Limit: limit})
+	return ReadMessages(ctx, s.db, Range{Conversation: conv, Reader: Member(actor.ID), FromSeq: after + 1, Limit: limit})
 }
 
 // wrap adds context to unclassified errors and leaves classified ones as

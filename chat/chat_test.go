@@ -23,7 +23,10 @@ type fixture struct {
 }
 
 func newFixture(t *testing.T, db *testenv.DB, files chat.Files) *fixture {
-	return &fixture{svc: chat.New(db.DB, files, chat.Options{}), users: users.New(db.DB, time.Now, time.Hour), db: db}
+	if files == nil {
+		files = chattest.Files{}
+	}
+	return &fixture{svc: testenv.Must(chat.New(chat.Config{DB: db.DB, Files: files})), users: testenv.Must(users.New(users.Config{DB: db.DB, Now: time.Now, SessionTTL: time.Hour})), db: db}
 }
 
 func (f *fixture) user(t *testing.T, name string, admin bool) chat.Actor {
@@ -133,7 +136,10 @@ func TestMembershipIntervals(t *testing.T) {
 		if got := must[[]chat.Message](t)(f.svc.Messages(ctx, bob, conv.ID, 0, 0)); len(got) != 2 {
 			t.Fatalf("after removal bob sees %v", bodies(got))
 		}
-		list := must[[]chat.Conversation](t)(f.svc.Conversations(ctx, bob))
+		list, _, err := f.svc.Conversations(ctx, bob, "", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
 		if len(list) != 1 || list[0].Member {
 			t.Fatalf("bob's conversations: %+v", list)
 		}
@@ -157,7 +163,7 @@ func TestRecallAndAttachments(t *testing.T) {
 		f := newFixture(t, db, nil)
 		alice, bob := f.user(t, "alice", false), f.user(t, "bob", false)
 		root, carol := f.user(t, "root", true), f.user(t, "carol", false)
-		f.svc = chat.New(db.DB, chattest.Files{"fil_a1": alice.ID, "fil_a2": alice.ID, "fil_b1": bob.ID}, chat.Options{})
+		f.svc = testenv.Must(chat.New(chat.Config{DB: db.DB, Files: chattest.Files{"fil_a1": alice.ID, "fil_a2": alice.ID, "fil_b1": bob.ID}}))
 		ctx := context.Background()
 		conv := must[chat.Conversation](t)(f.svc.CreateConversation(ctx, alice, "files"))
 		must[int64](t)(f.svc.AddMember(ctx, alice, conv.ID, bob.ID))
@@ -192,7 +198,7 @@ func TestRecallAndAttachments(t *testing.T) {
 		}
 		// As of a snapshot before the recall, the message is whole.
 		old := must[[]chat.Message](t)(chat.ReadMessages(ctx, db.DB, chat.Range{
-			Conversation: conv.ID, Intervals: []chat.Interval{{Join: 1}}, AsOf: r1 - 1,
+			Conversation: conv.ID, Reader: chat.Member(alice.ID), AsOf: r1 - 1,
 		}))
 		if len(old) != 2 || old[0].Recalled || old[0].Body != "two files" || fmt.Sprint(old[0].Attachments) != "[fil_a2 fil_a1]" {
 			t.Fatalf("as of before the recall: %+v", old)
@@ -294,5 +300,69 @@ func TestSeed(t *testing.T) {
 		if firstUserConvs != 3 {
 			t.Fatalf("the first user is in %d conversations, want all 3", firstUserConvs)
 		}
+	})
+}
+
+// GET /conversations pages newest first: complete, without repeats, and
+// undisturbed by conversations created between two pages; a user's list
+// holds each conversation once however often they joined it.
+func TestConversationsPage(t *testing.T) {
+	testenv.ForEachDB(t, func(t *testing.T, db *testenv.DB) {
+		f := newFixture(t, db, chattest.Files{})
+		ctx := context.Background()
+		alice, bob := f.user(t, "alice", false), f.user(t, "bob", false)
+		var want []string // newest first
+		for i := range 7 {
+			c := must[chat.Conversation](t)(f.svc.CreateConversation(ctx, alice, fmt.Sprint("c", i)))
+			want = append([]string{c.ID}, want...)
+		}
+		// bob: in the newest, left and came back to the third, left the fifth.
+		for _, i := range []int{0, 2, 4} {
+			must[int64](t)(f.svc.AddMember(ctx, alice, want[i], bob.ID))
+		}
+		must[int64](t)(f.svc.RemoveMember(ctx, bob, want[2], bob.ID))
+		must[int64](t)(f.svc.AddMember(ctx, alice, want[2], bob.ID))
+		must[int64](t)(f.svc.RemoveMember(ctx, bob, want[4], bob.ID))
+
+		read := func(a chat.Actor, limit int, between func()) (ids []string, member []bool) {
+			t.Helper()
+			cursor := ""
+			for range 20 {
+				list, next, err := f.svc.Conversations(ctx, a, cursor, limit)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(list) > limit {
+					t.Fatalf("page of %d, limit %d", len(list), limit)
+				}
+				for _, c := range list {
+					ids, member = append(ids, c.ID), append(member, c.Member)
+				}
+				if next == "" {
+					return ids, member
+				}
+				cursor = next
+				between()
+			}
+			t.Fatal("no last page")
+			return nil, nil
+		}
+		var created []string
+		got, _ := read(alice, 3, func() {
+			c := must[chat.Conversation](t)(f.svc.CreateConversation(ctx, alice, "between pages"))
+			created = append(created, c.ID)
+		})
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("alice's pages %v, want %v (created meanwhile: %v)", got, want, created)
+		}
+		got, member := read(bob, 2, func() {})
+		if fmt.Sprint(got) != fmt.Sprint([]string{want[0], want[2], want[4]}) || fmt.Sprint(member) != "[true true false]" {
+			t.Fatalf("bob's list %v member %v", got, member)
+		}
+
+		_, _, err := f.svc.Conversations(ctx, alice, "bogus", 3)
+		wantErr(t, err, errkind.Invalid)
+		_, _, err = f.svc.Conversations(ctx, alice, "", 1001)
+		wantErr(t, err, errkind.Invalid)
 	})
 }

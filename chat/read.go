@@ -4,10 +4,14 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"regexp"
+	"sort"
 	"strings"
 	"time"
 
 	"gorm.io/gorm"
+
+	"github.com/ferry-io/ferry/models"
 )
 
 // Interval is a membership interval [Join, Leave) in gseqs. Leave 0 means
@@ -62,13 +66,40 @@ func Intervals(ctx context.Context, db *gorm.DB, userID, conv string, asOf int64
 	return out, nil
 }
 
-// Range selects the messages of one conversation that a reader with the
-// given intervals sees.
+// Reader names the membership intervals that decide which messages a
+// Range shows: a user's intervals as the memberships table has them now
+// (Member), or a copy stored elsewhere, such as an export's permission
+// snapshot (StoredIntervals). The zero Reader sees nothing.
+type Reader struct {
+	table, column, key string
+}
+
+// Member reads as userID through their membership intervals now.
+func Member(userID string) Reader {
+	return Reader{table: "memberships", column: "user_id", key: userID}
+}
+
+var identifier = regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
+
+// StoredIntervals reads through intervals kept in table: the rows whose
+// column equals key, each with conversation_id, join_gseq and leave_gseq
+// (NULL for an interval still open). Within one conversation the intervals
+// of one key must not overlap, and (column, conversation_id, join_gseq)
+// should be indexed. table and column are names from code, never input.
+func StoredIntervals(table, column, key string) Reader {
+	if !identifier.MatchString(table) || !identifier.MatchString(column) {
+		panic(fmt.Sprintf("chat: bad interval table %q or column %q", table, column))
+	}
+	return Reader{table: table, column: column, key: key}
+}
+
+// Range selects the messages of one conversation that a reader sees.
 type Range struct {
 	Conversation string
-	Intervals    []Interval
+	Reader       Reader
 	// AsOf > 0 reads as of that snapshot: messages with a larger gseq are
 	// left out and recalls with a larger gseq do not count. 0 reads now.
+	// A leave after AsOf does not hide anything at or before it.
 	AsOf int64
 	// FromSeq and ToSeq bound seq, inclusive; 0 leaves that end open.
 	FromSeq, ToSeq int64
@@ -76,10 +107,67 @@ type Range struct {
 	Limit int
 }
 
-// where renders the range as a condition on messages m.
-func (r Range) where() (string, []any) {
-	conds := []string{"m.conversation_id = ?"}
-	args := []any{r.Conversation}
+// How visibility is decided: the reader's intervals in the conversation
+// are read once, in join order, and each message's gseq is looked up among
+// them by binary search; a message is visible when the last interval that
+// began at or before it has not ended by then (intervals never overlap).
+// The messages are read in seq order straight off their primary key,
+// bounded by the seq range, the snapshot and the gseq span the intervals
+// cover. So the SQL is the same small statement however many intervals
+// there are. One OR term per interval made SQLite refuse the query past
+// about 1,000 intervals ("Expression tree is too large"), and a subquery
+// per message is no way out: MySQL cannot use a range on an outer column
+// in it, so each lookup scanned all of the reader's intervals.
+
+// intervals returns the reader's intervals in r.Conversation, oldest
+// first. As of a snapshot, a leave after it does not count.
+func (r Range) intervals(ctx context.Context, db *gorm.DB) ([]Interval, error) {
+	if r.Reader.table == "" {
+		return nil, nil
+	}
+	q := fmt.Sprintf("SELECT join_gseq, leave_gseq FROM %s WHERE %s = ? AND conversation_id = ?", r.Reader.table, r.Reader.column)
+	args := []any{r.Reader.key, r.Conversation}
+	if r.AsOf > 0 {
+		q += " AND join_gseq <= ?"
+		args = append(args, r.AsOf)
+	}
+	var rows []struct {
+		JoinGseq  int64
+		LeaveGseq *int64
+	}
+	if err := db.WithContext(ctx).Raw(q+" ORDER BY join_gseq", args...).Scan(&rows).Error; err != nil {
+		return nil, fmt.Errorf("chat: intervals of %s: %w", r.Conversation, err)
+	}
+	out := make([]Interval, len(rows))
+	for i, row := range rows {
+		out[i].Join = row.JoinGseq
+		if row.LeaveGseq != nil && (r.AsOf <= 0 || *row.LeaveGseq <= r.AsOf) {
+			out[i].Leave = *row.LeaveGseq
+		}
+	}
+	return out, nil
+}
+
+// covers reports whether gseq lies in one of ivs (sorted, disjoint).
+func covers(ivs []Interval, gseq int64) bool {
+	i := sort.Search(len(ivs), func(i int) bool { return ivs[i].Join > gseq }) - 1
+	return i >= 0 && (ivs[i].Leave == 0 || gseq < ivs[i].Leave)
+}
+
+// bounds renders what SQL can cheaply check for r with intervals ivs (at
+// least one): the conversation, the seq range, the snapshot and the gseq
+// span of the intervals, as a condition on messages m.
+func (r Range) bounds(ivs []Interval) (string, []any) {
+	conds := []string{"m.conversation_id = ?", "m.gseq >= ?"}
+	args := []any{r.Conversation, ivs[0].Join}
+	if last := ivs[len(ivs)-1]; last.Leave > 0 {
+		conds = append(conds, "m.gseq < ?")
+		args = append(args, last.Leave)
+	}
+	if r.AsOf > 0 {
+		conds = append(conds, "m.gseq <= ?")
+		args = append(args, r.AsOf)
+	}
 	if r.FromSeq > 0 {
 		conds = append(conds, "m.seq >= ?")
 		args = append(args, r.FromSeq)
@@ -88,69 +176,188 @@ func (r Range) where() (string, []any) {
 		conds = append(conds, "m.seq <= ?")
 		args = append(args, r.ToSeq)
 	}
-	if r.AsOf > 0 {
-		conds = append(conds, "m.gseq <= ?")
-		args = append(args, r.AsOf)
-	}
-	var ivs []string
-	for _, iv := range r.Intervals {
-		if iv.Leave > 0 {
-			ivs = append(ivs, "(m.gseq >= ? AND m.gseq < ?)")
-			args = append(args, iv.Join, iv.Leave)
-		} else {
-			ivs = append(ivs, "m.gseq >= ?")
-			args = append(args, iv.Join)
-		}
-	}
-	if len(ivs) == 0 {
-		ivs = []string{"1 = 0"}
-	}
-	conds = append(conds, "("+strings.Join(ivs, " OR ")+")")
 	return strings.Join(conds, " AND "), args
 }
 
-// VisibleSeqs calls fn with the seq of every message in r, in seq order,
-// streaming: memory does not grow with the number of messages.
+// scanChunk is how many message keys one query of a scan reads: a scan
+// that stops early (a page is full) leaves at most this much unread, and a
+// long one costs one query per chunk.
+const scanChunk = 5000
+
+// scanQuery is the statement that reads a chunk of r's message keys after
+// a position. With a seq range it walks the primary key from the range's
+// start, after a seq; on MySQL it names the primary key: the index on
+// (conversation_id, gseq) covers (seq, gseq) too, and MariaDB sometimes
+// prefers it and sorts every key of the conversation to return the first
+// chunk, where walking the primary key stops after one chunk. Without a
+// seq range (a whole conversation, as an export's plan reads it) it walks
+// that index instead, after a gseq: within a conversation seq and gseq
+// grow together (see "The global sequence" in the package doc), so gseq
+// order is seq order, and the index holds both keys, where the primary
+// key's leaves hold every message body too.
+func scanQuery(db *gorm.DB, r Range, ivs []Interval) string {
+	where, _ := r.bounds(ivs)
+	from, index, after := "messages m", "PRIMARY", "m.seq"
+	if r.FromSeq == 0 && r.ToSeq == 0 {
+		index, after = "ix_messages_conv_gseq", "m.gseq"
+	}
+	if models.Dialect(db) == models.MySQL {
+		from += " FORCE INDEX (" + index + ")"
+	}
+	return fmt.Sprintf("SELECT m.seq, m.gseq FROM %s WHERE %s AND %s > ? ORDER BY %s LIMIT %d", from, where, after, after, scanChunk)
+}
+
+// visibleSeqs calls fn with the seq of every message in r, in seq order,
+// reading (seq, gseq) pairs a chunk at a time. fn returns false to stop.
+func (r Range) visibleSeqs(ctx context.Context, db *gorm.DB, ivs []Interval, fn func(seq int64) (bool, error)) error {
+	if len(ivs) == 0 {
+		return nil
+	}
+	q := scanQuery(db, r, ivs)
+	byGseq := r.FromSeq == 0 && r.ToSeq == 0
+	_, args := r.bounds(ivs)
+	after := int64(0)
+	for {
+		rows, err := db.WithContext(ctx).Raw(q, append(args, after)...).Rows()
+		if err != nil {
+			return fmt.Errorf("chat: scan %s: %w", r.Conversation, err)
+		}
+		n, stop := 0, false
+		for rows.Next() {
+			var seq, gseq int64
+			if err := rows.Scan(&seq, &gseq); err != nil {
+				rows.Close()
+				return fmt.Errorf("chat: scan %s: %w", r.Conversation, err)
+			}
+			n++
+			if after = seq; byGseq {
+				after = gseq
+			}
+			if stop || !covers(ivs, gseq) {
+				continue
+			}
+			more, err := fn(seq)
+			if err != nil {
+				rows.Close()
+				return err
+			}
+			stop = !more
+		}
+		err = rows.Err()
+		rows.Close()
+		if err != nil {
+			return fmt.Errorf("chat: scan %s: %w", r.Conversation, err)
+		}
+		if stop || n < scanChunk {
+			return nil
+		}
+	}
+}
+
+// VisibleSeqs calls fn with the seq of every message in r, in seq order.
+// Memory does not grow with the number of messages.
 func VisibleSeqs(ctx context.Context, db *gorm.DB, r Range, fn func(seq int64) error) error {
-	where, args := r.where()
-	rows, err := db.WithContext(ctx).Raw("SELECT m.seq FROM messages m WHERE "+where+" ORDER BY m.seq", args...).Rows()
+	ivs, err := r.intervals(ctx, db)
 	if err != nil {
-		return fmt.Errorf("chat: scan %s: %w", r.Conversation, err)
+		return err
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var seq int64
-		if err := rows.Scan(&seq); err != nil {
-			return err
-		}
-		if err := fn(seq); err != nil {
-			return err
-		}
-	}
-	return rows.Err()
+	n := 0
+	return r.visibleSeqs(ctx, db, ivs, func(seq int64) (bool, error) {
+		n++
+		return r.Limit <= 0 || n < r.Limit, fn(seq)
+	})
 }
 
 // ReadMessages returns the messages in r, in seq order, with recalls and
 // attachments applied.
 func ReadMessages(ctx context.Context, db *gorm.DB, r Range) ([]Message, error) {
-	where, args := r.where()
-	recallJoin := "LEFT JOIN recalls rc ON rc.conversation_id = m.conversation_id AND rc.seq = m.seq"
+	ivs, err := r.intervals(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+	var seqs []int64
+	err = r.visibleSeqs(ctx, db, ivs, func(seq int64) (bool, error) {
+		seqs = append(seqs, seq)
+		return r.Limit <= 0 || len(seqs) < r.Limit, nil
+	})
+	if err != nil || len(seqs) == 0 {
+		return nil, err
+	}
+	out, err := readRows(ctx, db, r, seqs)
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range out {
+		if !m.Recalled {
+			if err := attach(ctx, db, out); err != nil {
+				return nil, err
+			}
+			break
+		}
+	}
+	return out, nil
+}
+
+// readQuery is the start of a statement that reads messages of r with
+// their recall state as of r.AsOf; a condition on m.seq follows. The
+// snapshot test is in the select list, not the join: a message has at most
+// one recall, found by primary key, and a range on recall_gseq in the join
+// tempted MariaDB into scanning every recall up to the snapshot.
+func readQuery(r Range) string {
+	recall := "rc.recall_gseq"
 	if r.AsOf > 0 {
-		recallJoin += " AND rc.recall_gseq <= ?"
-		args = append([]any{r.AsOf}, args...)
+		recall = "CASE WHEN rc.recall_gseq <= ? THEN rc.recall_gseq END"
 	}
-	q := "SELECT m.seq, m.gseq, m.sender_id, m.body, m.sent_at, rc.recall_gseq FROM messages m " + recallJoin +
-		" WHERE " + where + " ORDER BY m.seq"
-	if r.Limit > 0 {
-		q += fmt.Sprintf(" LIMIT %d", r.Limit)
+	return "SELECT m.seq, m.gseq, m.sender_id, m.body, m.sent_at, " + recall + " FROM messages m" +
+		" LEFT JOIN recalls rc ON rc.conversation_id = m.conversation_id AND rc.seq = m.seq WHERE m.conversation_id = ? AND "
+}
+
+// readArgs are the arguments of readQuery(r).
+func readArgs(r Range) []any {
+	if r.AsOf > 0 {
+		return []any{r.AsOf, r.Conversation}
 	}
-	rows, err := db.WithContext(ctx).Raw(q, args...).Rows()
+	return []any{r.Conversation}
+}
+
+// readRows reads the messages seqs (ascending) of r.Conversation. Where
+// they are most of their seq span, one range query reads the span and
+// drops the rest; otherwise they are read by lists of seqs.
+func readRows(ctx context.Context, db *gorm.DB, r Range, seqs []int64) ([]Message, error) {
+	first, last := seqs[0], seqs[len(seqs)-1]
+	next := 0 // the index in seqs of the next wanted message
+	keep := func(seq, _ int64) bool {
+		for next < len(seqs) && seqs[next] < seq {
+			next++
+		}
+		if next == len(seqs) || seq != seqs[next] {
+			return false // inside the span, outside the reader's intervals
+		}
+		next++
+		return true
+	}
+	if span := last - first + 1; span <= 2*int64(len(seqs)) {
+		return readWhere(ctx, db, r, make([]Message, 0, len(seqs)), keep, "m.seq BETWEEN ? AND ?", first, last)
+	}
+	out := make([]Message, 0, len(seqs))
+	for i := 0; i < len(seqs); i += 500 {
+		var err error
+		if out, err = readWhere(ctx, db, r, out, keep, "m.seq IN ?", seqs[i:min(i+500, len(seqs))]); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// readWhere appends to out the messages of r.Conversation matching cond
+// (on m.seq), in seq order, that keep accepts.
+func readWhere(ctx context.Context, db *gorm.DB, r Range, out []Message, keep func(seq, gseq int64) bool, cond string, condArgs ...any) ([]Message, error) {
+	args := append(readArgs(r), condArgs...)
+	rows, err := db.WithContext(ctx).Raw(readQuery(r)+cond+" ORDER BY m.seq", args...).Rows()
 	if err != nil {
 		return nil, fmt.Errorf("chat: read %s: %w", r.Conversation, err)
 	}
 	defer rows.Close()
-	var out []Message
-	anyLive := false
 	for rows.Next() {
 		m := Message{Conversation: r.Conversation}
 		var sentAt time.Time
@@ -158,21 +365,48 @@ func ReadMessages(ctx context.Context, db *gorm.DB, r Range) ([]Message, error) 
 		if err := rows.Scan(&m.Seq, &m.Gseq, &m.Sender, &m.Body, &sentAt, &recall); err != nil {
 			return nil, fmt.Errorf("chat: read %s: %w", r.Conversation, err)
 		}
+		if !keep(m.Seq, m.Gseq) {
+			continue
+		}
 		m.SentAt = sentAt.UTC()
 		if recall.Valid {
 			m.Recalled, m.Body = true, ""
-		} else {
-			anyLive = true
 		}
 		out = append(out, m)
 	}
 	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("chat: read %s: %w", r.Conversation, err)
+	}
+	return out, nil
+}
+
+// ReadSpan returns the same messages as ReadMessages for a range bounded
+// by FromSeq and ToSeq (Limit is ignored), reading every message of the
+// span in one query and dropping those outside the reader's intervals in
+// Go. It saves ReadMessages' key scan, so it suits callers that know most
+// of the span is visible, such as an export shard, whose plan counted its
+// visible messages; over a sparse span it reads rows only to drop them.
+func ReadSpan(ctx context.Context, db *gorm.DB, r Range) ([]Message, error) {
+	if r.FromSeq <= 0 || r.ToSeq < r.FromSeq {
+		return nil, fmt.Errorf("chat: ReadSpan needs a seq range, got %d..%d", r.FromSeq, r.ToSeq)
+	}
+	ivs, err := r.intervals(ctx, db)
+	if err != nil || len(ivs) == 0 {
 		return nil, err
 	}
-	rows.Close()
-	if anyLive {
-		if err := attach(ctx, db, out); err != nil {
-			return nil, err
+	// bounds starts with the conversation, which readQuery has already.
+	where, args := r.bounds(ivs)
+	keep := func(_, gseq int64) bool { return covers(ivs, gseq) }
+	out, err := readWhere(ctx, db, r, nil, keep, strings.TrimPrefix(where, "m.conversation_id = ? AND "), args[1:]...)
+	if err != nil || len(out) == 0 {
+		return nil, err
+	}
+	for _, m := range out {
+		if !m.Recalled {
+			if err := attach(ctx, db, out); err != nil {
+				return nil, err
+			}
+			break
 		}
 	}
 	return out, nil

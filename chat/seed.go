@@ -85,9 +85,11 @@ func Seed(ctx context.Context, db *gorm.DB, o SeedOptions) (SeedReport, error) {
 
 type seedConv struct {
 	id      string
+	gseq    int64 // the gseq that created it
 	weight  float64
 	members []string        // current members, in join order
 	former  map[string]bool // left and not back yet
+	ever    map[string]bool // were ever members
 }
 
 type seeder struct {
@@ -104,7 +106,7 @@ func (sd *seeder) createConversations(ctx context.Context) error {
 	now := models.Time(sd.o.Now())
 	var convRows, memberRows [][]any
 	for i := range sd.o.Conversations {
-		c := &seedConv{id: models.NewID("cnv"), weight: 1 / float64(i+1), former: map[string]bool{}}
+		c := &seedConv{id: models.NewID("cnv"), weight: 1 / float64(i+1), former: map[string]bool{}, ever: map[string]bool{}}
 		c.members = append(c.members, sd.o.Users[0])
 		// Founding members besides the first user: up to half the others,
 		// so there is someone left to join later.
@@ -116,19 +118,26 @@ func (sd *seeder) createConversations(ctx context.Context) error {
 		sd.total += c.weight
 		sd.rep.Conversations = append(sd.rep.Conversations, c.id)
 	}
+	var listRows [][]any
 	return writeTx(ctx, sd.db, int64(len(sd.convs)), func(tx *gorm.DB, first int64) error {
 		for i, c := range sd.convs {
 			g := first + int64(i)
+			c.gseq = g
 			convRows = append(convRows, []any{c.id, fmt.Sprintf("Seeded conversation %d", i+1), c.members[0], g, 0, now})
 			for _, u := range c.members {
 				memberRows = append(memberRows, []any{c.id, u, g, c.members[0], now})
+				listRows = append(listRows, []any{u, c.id, g})
+				c.ever[u] = true
 			}
 		}
 		sd.rep.LastGseq = first + int64(len(sd.convs)) - 1
 		if err := insertRows(tx, "conversations", "id, title, created_by, created_gseq, last_seq, created_at", convRows); err != nil {
 			return err
 		}
-		return insertRows(tx, "memberships", "conversation_id, user_id, join_gseq, added_by, created_at", memberRows)
+		if err := insertRows(tx, "memberships", "conversation_id, user_id, join_gseq, added_by, created_at", memberRows); err != nil {
+			return err
+		}
+		return insertRows(tx, "user_conversations", "user_id, conversation_id, created_gseq", listRows)
 	})
 }
 
@@ -138,7 +147,8 @@ type seedEvent struct {
 	conv   *seedConv
 	user   string
 	body   string
-	msgIdx int // for recalls: the recalled message's event index
+	msgIdx int  // for recalls: the recalled message's event index
+	first  bool // for joins: the user's first in the conversation
 }
 
 func (sd *seeder) batch(ctx context.Context, messages int) error {
@@ -181,6 +191,9 @@ func (sd *seeder) batch(ctx context.Context, messages int) error {
 				// one statement each, in order.
 				err = tx.Exec("INSERT INTO memberships (conversation_id, user_id, join_gseq, added_by, created_at) VALUES (?, ?, ?, ?, ?)",
 					e.conv.id, e.user, g, e.conv.members[0], now).Error
+				if err == nil && e.first {
+					err = listFor(tx, e.user, e.conv.id, e.conv.gseq)
+				}
 			case 'l':
 				err = tx.Exec("UPDATE memberships SET leave_gseq = ? WHERE conversation_id = ? AND user_id = ? AND leave_gseq IS NULL",
 					g, e.conv.id, e.user).Error
@@ -252,7 +265,9 @@ func (sd *seeder) churn() (seedEvent, bool) {
 					delete(c.former, u)
 					c.members = append(c.members, u)
 					sd.rep.Joins++
-					return seedEvent{kind: 'j', conv: c, user: u}, true
+					first := !c.ever[u]
+					c.ever[u] = true
+					return seedEvent{kind: 'j', conv: c, user: u, first: first}, true
 				}
 			}
 		}

@@ -48,6 +48,13 @@ func New(baseURL, token string, opts ...Option) *Client {
 	return c
 }
 
+// withToken is c authenticating with token instead (an upload ticket).
+func (c *Client) withToken(token string) *Client {
+	d := *c
+	d.token = token
+	return &d
+}
+
 func sleepCtx(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
@@ -235,7 +242,7 @@ type sample struct {
 func newMeter(fn ProgressFunc, phase string, total, done int64) *meter {
 	now := time.Now()
 	m := &meter{fn: fn, phase: phase, total: total, done: done, start: now, window: []sample{{now, done}}}
-	m.emit(now, true)
+	m.emit(now)
 	return m
 }
 
@@ -248,7 +255,7 @@ func (m *meter) add(n int64) {
 	m.done += n
 	now := time.Now()
 	if now.Sub(m.last) >= 100*time.Millisecond || m.done == m.total {
-		m.emit(now, false)
+		m.emit(now)
 	}
 }
 
@@ -258,11 +265,11 @@ func (m *meter) finish() {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.emit(time.Now(), true)
+	m.emit(time.Now())
 }
 
 // emit must be called with mu held.
-func (m *meter) emit(now time.Time, force bool) {
+func (m *meter) emit(now time.Time) {
 	if m.fn == nil {
 		return
 	}
@@ -278,7 +285,6 @@ func (m *meter) emit(now time.Time, force bool) {
 		p.ETA = time.Duration(float64(m.total-m.done) / p.Rate * float64(time.Second))
 	}
 	m.last = now
-	_ = force
 	m.fn(p)
 }
 

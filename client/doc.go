@@ -4,36 +4,51 @@
 //
 // # Uploads
 //
-// Upload first hashes the file (SHA-256, streamed, reported as the "hash"
-// phase), then asks ferry for an upload. ferry answers one of four ways,
-// and Upload handles each:
+// Upload starts sending at once: one sequential read of the file yields
+// each part's CRC32C (signed into its URL, so S3 refuses a corrupted
+// part), the whole file's CRC32C (checked by S3 when ferry completes the
+// upload) and the SHA-256, and feeds the part PUTs. It first asks ferry
+// for an upload by size, part size and the first part's CRC32C, and ferry
+// answers with a new upload or the caller's unfinished one, whose parts S3
+// already holds with the same CRC32C are skipped: a rerun after a crash
+// resumes with no local state at all.
 //
-//   - a new upload: every part is sent;
-//   - the caller's unfinished upload of the same content: only the parts
-//     S3 does not already hold with the right bytes are sent, so a rerun
-//     after a crash resumes with no local state at all;
-//   - an instant upload: the caller already owns the content;
-//   - a proof-of-possession challenge: someone else owns the content, and
-//     Upload proves it has the bytes by hashing the ranges ferry chose.
+// When the PUTs are slower than reading (the reader waits for a free part
+// buffer no longer than hashing two parts takes), the read runs ahead and
+// the SHA-256 is known early; with enough left to send, Upload declares
+// it, and ferry answers with an instant file when the caller already owns
+// the content, or a proof-of-possession challenge when someone else does,
+// which Upload answers from the local bytes. Parts read ahead are read
+// again when their turn comes, checked against their first CRC32C. A
+// caller that knows the SHA-256 (UploadOptions.SHA256) asks first.
 //
-// Parts go to S3 in parallel (Concurrency, default 4), each with its
-// Content-MD5 signed into the URL, so S3 refuses a corrupted part. Failed
-// PUTs retry with exponential backoff (1 s, 2 s, 4 s … capped at 10 s); an
-// expired URL is re-signed. Then Upload completes and waits until ferry has
-// merged and verified the file.
+// With UploadOptions.Ticket, the upload authenticates with an upload
+// ticket a host app's backend created (the file is the ticket's user's,
+// within its limits) instead of the client's token; UploadOptions.Metadata
+// becomes the file's client_metadata.
+//
+// Parts go to S3 in parallel (Concurrency, default 4). Failed PUTs retry
+// with exponential backoff (1 s, 2 s, 4 s … capped at 10 s); an expired URL
+// is re-signed. Then Upload completes with the whole file's checksums and
+// follows the upload with a long poll until ferry has merged it. A store
+// without checksums gets Content-MD5 per part instead.
 //
 // # Downloads
 //
 // Download resumes a partial file with Range and If-Range on the strong
 // ETag it saved, so a changed resource restarts cleanly (a 200 where a 206
 // was asked for is never spliced onto old bytes), and checks the SHA-256
-// at the end.
+// at the end. Given DownloadOptions.Refresh, it renews a link ferry calls
+// expired and goes on; without it an expired link ends the download.
 //
 // # Exports
 //
 // Export keeps its Idempotency-Key beside the output file, so a retried
 // command never creates a second export job, waits for the export, then
-// downloads it.
+// downloads it, renewing the link from the export whenever it runs out.
+// An export that ended without an artifact (failed, revoked, expired) is
+// an *ExportError: the saved key will always find that export, so only
+// ExportOptions.NewIntent makes progress.
 //
 // Errors from ferry are *Error values decoded from problem+json, with the
 // stable Code; progress is reported through a callback with bytes, rate,

@@ -29,6 +29,31 @@ type ExportResult struct {
 // ErrExportFailed wraps the final state of an export that did not finish.
 var ErrExportFailed = errors.New("ferry: export did not complete")
 
+// ExportError is an export that ended without an artifact to download:
+// failed, revoked or expired. It is ErrExportFailed. Its job will never
+// change again, so only a new export (ExportOptions.NewIntent) helps.
+type ExportError struct {
+	JobID  string
+	State  string // "failed", "revoked" or "expired"
+	Reason string // for failed exports, ferry's reason
+}
+
+func (e *ExportError) Error() string {
+	msg := fmt.Sprintf("ferry: export %s is %s", e.JobID, e.State)
+	if e.Reason != "" {
+		msg += ": " + e.Reason
+	}
+	return msg
+}
+
+// Gone reports whether the export existed and is gone for good: revoked
+// or expired, what a 410 says of a link to it. A failed export is not
+// gone; it never produced an artifact.
+func (e *ExportError) Gone() bool { return e.State == "revoked" || e.State == "expired" }
+
+// Unwrap makes an ExportError match ErrExportFailed.
+func (e *ExportError) Unwrap() error { return ErrExportFailed }
+
 // exportIntent is kept beside the output file: the idempotency key of this
 // intent, so rerunning the command after any crash or Ctrl-C returns the
 // same export job instead of creating another.
@@ -45,6 +70,17 @@ type exportJSON struct {
 	DownloadURL string `json:"download_url"`
 	SHA256      string `json:"sha256"`
 	Bytes       int64  `json:"bytes"`
+	Error       string `json:"error"`
+}
+
+// ended returns the error for a job in a final state without an artifact,
+// or nil.
+func (j exportJSON) ended() error {
+	switch j.State {
+	case "failed", "revoked", "expired":
+		return &ExportError{JobID: j.JobID, State: j.State, Reason: j.Error}
+	}
+	return nil
 }
 
 // IntentPath is where Export keeps the idempotency key for an output path.
@@ -90,9 +126,8 @@ func (c *Client) Export(ctx context.Context, scope, out string, opts ExportOptio
 	// Poll until done. The create answer carries no link, so even an
 	// export that is already done is read once more for a fresh one.
 	for first := true; first || job.State != "done"; first = false {
-		switch job.State {
-		case "failed", "revoked", "expired":
-			return res, fmt.Errorf("%w: job %s is %s", ErrExportFailed, job.JobID, job.State)
+		if err := job.ended(); err != nil {
+			return res, err
 		}
 		if !first {
 			if err := c.sleep(ctx, delay); err != nil {
@@ -115,7 +150,26 @@ func (c *Client) Export(ctx context.Context, scope, out string, opts ExportOptio
 			return res, nil // already downloaded by an earlier run
 		}
 	}
-	dl, err := c.Download(ctx, job.DownloadURL, out, DownloadOptions{Progress: opts.Progress, Attempts: opts.Attempts})
+	// A long or interrupted download outlives its link; the export hands
+	// out a fresh one for as long as it is done.
+	refresh := func(ctx context.Context) (string, error) {
+		var now exportJSON
+		err := c.withRetry(ctx, opts.Attempts, func() error {
+			_, err := c.call(ctx, http.MethodGet, "/exports/"+job.JobID, nil, &now)
+			return err
+		})
+		if err != nil {
+			return "", err
+		}
+		if err := now.ended(); err != nil {
+			return "", err
+		}
+		if now.DownloadURL == "" || now.SHA256 != job.SHA256 {
+			return "", fmt.Errorf("ferry: export %s is %s and has no link", now.JobID, now.State)
+		}
+		return now.DownloadURL, nil
+	}
+	dl, err := c.Download(ctx, job.DownloadURL, out, DownloadOptions{Progress: opts.Progress, Attempts: opts.Attempts, Refresh: refresh})
 	if err != nil {
 		return res, err
 	}

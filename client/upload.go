@@ -3,12 +3,14 @@ package client
 import (
 	"bytes"
 	"context"
+	"crypto/md5"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"mime"
 	"net/http"
@@ -18,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -34,16 +37,33 @@ type UploadOptions struct {
 	// Concurrency is the number of parts in flight (default 4).
 	Concurrency int
 	// PartSize asks for a part size; 0 means 8 MiB, raised as needed to
-	// stay within S3's 10,000 parts. (The client picks it rather than
-	// ferry so that one read of the file yields every part's MD5.)
+	// stay within S3's 10,000 parts.
 	PartSize int64
 	// Attempts bounds the tries of each part and API call (default 8).
 	Attempts int
-	// Progress receives the "hash", "upload" and "verify" phases.
+	// Progress receives the "upload" phase (bytes S3 holds) and the
+	// "verify" phase (waiting for ferry to merge the parts).
 	Progress ProgressFunc
-	// SHA256 skips the hashing phase when the caller already knows the
-	// content's hex SHA-256.
+	// SHA256 is the content's hex SHA-256 when the caller already knows
+	// it: ferry is then asked first whether it holds the content (instant
+	// upload, or a proof of possession), and the file is not hashed.
 	SHA256 string
+	// SkipHash leaves the SHA-256 to ferry: the client computes only each
+	// part's CRC32C, so it cannot be offered an instant upload, and the
+	// file's SHA-256 is the one ferry computes when it reads the merged
+	// object back (UploadResult.SHA256 is empty until then). On a machine
+	// whose cores are busy sending, the client's hash is the one cost an
+	// upload adds to a plain S3 transfer; skip it for content ferry is
+	// not going to hold already. Ignored when SHA256 is given.
+	SkipHash bool
+	// Ticket is an upload ticket (ftk_…) a backend created: the upload
+	// authenticates with it instead of the client's token, belongs to the
+	// ticket's user and carries the ticket's metadata. A ticket makes one
+	// upload; running the same upload again resumes it.
+	Ticket string
+	// Metadata is what the uploader says about the file (at most 16 keys,
+	// values of at most 1 KiB); the file shows it as client_metadata.
+	Metadata map[string]string
 }
 
 // UploadResult describes a finished upload.
@@ -52,11 +72,12 @@ type UploadResult struct {
 	UploadID string
 	SHA256   string
 	Size     int64
-	// Instant is true when no bytes were sent: the caller owned the
-	// content already, or proved possession of it.
+	// Instant is true when ferry already held the content: the caller
+	// owned it, or proved possession of it. Parts sent before ferry could
+	// tell were sent in vain.
 	Instant bool
 	// Resumed is true when ferry answered with an unfinished upload of the
-	// same content.
+	// same file.
 	Resumed bool
 	// PartsSent counts part PUTs that S3 accepted in this call.
 	PartsSent int
@@ -66,6 +87,10 @@ type UploadResult struct {
 
 // ErrUploadFailed wraps the reason ferry gives for a failed upload.
 var ErrUploadFailed = errors.New("ferry: upload failed")
+
+// errFileChanged reports a file whose bytes changed between the read that
+// checksummed a part and the read that sends it.
+var errFileChanged = errors.New("ferry: the file changed while it was being uploaded")
 
 // UploadFile uploads the file at path.
 func (c *Client) UploadFile(ctx context.Context, path string, opts UploadOptions) (*UploadResult, error) {
@@ -85,7 +110,22 @@ func (c *Client) UploadFile(ctx context.Context, path string, opts UploadOptions
 }
 
 // Upload uploads size bytes read from r.
+//
+// The file is read once, in order, and that one read yields everything:
+// each part's CRC32C (signed into the part's URL, so S3 refuses other
+// bytes), the whole file's CRC32C (which S3 checks at completion) and its
+// SHA-256, and the part buffers the PUTs send. No byte waits for a hash of
+// the whole file. The reader may run ahead of the PUTs on a spare core
+// when the network is the bottleneck (it never waits longer for a free
+// buffer than it takes to hash two parts); then the SHA-256 is known early
+// and ferry is asked whether it already holds the content, which ends the
+// upload at once on a hit, and the parts read ahead are read again when
+// their turn comes. A store without checksums gets Content-MD5 per part
+// instead.
 func (c *Client) Upload(ctx context.Context, r io.ReaderAt, size int64, opts UploadOptions) (*UploadResult, error) {
+	if opts.Ticket != "" {
+		c = c.withToken(opts.Ticket)
+	}
 	if opts.Concurrency <= 0 {
 		opts.Concurrency = 4
 	}
@@ -103,74 +143,98 @@ func (c *Client) Upload(ctx context.Context, r io.ReaderAt, size int64, opts Upl
 	}
 	partSize := opts.PartSize
 	if partSize == 0 {
-		partSize = defaultPartSize(size)
+		partSize = defaultPartSize(size, s3MaxParts)
 	}
-	hm := newMeter(opts.Progress, "hash", size, 0)
-	d, err := hashFile(ctx, r, size, partSize, opts.SHA256 == "", hm)
-	if err != nil {
-		return nil, fmt.Errorf("ferry: hash: %w", err)
-	}
-	hm.finish()
-	sum := opts.SHA256
-	if sum == "" {
-		sum = d.sha256
-	}
-
-	in := initRequest{FileName: opts.Name, Size: size, ContentType: opts.ContentType, SHA256: sum, PartSize: partSize}
 	var up uploadJSON
 	var status int
-	err = c.withRetry(ctx, opts.Attempts, func() (err error) {
-		status, err = c.call(ctx, http.MethodPost, "/uploads", in, &up)
-		return err
-	})
+	open := func(partSize int64) error {
+		first := make([]byte, min(partSize, size))
+		if _, err := r.ReadAt(first, 0); err != nil && !errors.Is(err, io.EOF) {
+			return fmt.Errorf("ferry: read: %w", err)
+		}
+		in := initRequest{FileName: opts.Name, Size: size, ContentType: opts.ContentType, SHA256: opts.SHA256,
+			PartSize: partSize, Checksum: "CRC32C", FirstPartCRC32C: crc32cB64(crc32.Checksum(first, castagnoli)),
+			Metadata: opts.Metadata}
+		return c.withRetry(ctx, opts.Attempts, func() (err error) {
+			status, err = c.call(ctx, http.MethodPost, "/uploads", in, &up)
+			return err
+		})
+	}
+	err := open(partSize)
+	if n, ok := storePartLimit(err); ok && opts.PartSize == 0 && n < s3MaxParts {
+		// The store takes fewer parts than S3 (FERRY_S3_MAX_PARTS): lay
+		// the file out again within its limit.
+		err = open(defaultPartSize(size, n))
+	}
 	if err != nil {
 		return nil, err
 	}
-	res := &UploadResult{SHA256: sum, Size: size, UploadID: up.UploadID}
+	res := &UploadResult{SHA256: opts.SHA256, Size: size, UploadID: up.UploadID}
 	switch up.State {
 	case "success":
 		res.Instant, res.FileID = true, up.FileID
 		return res, nil
 	case "proof_required":
-		fileID, err := c.prove(ctx, r, size, up.Challenge, opts)
+		fileID, err := c.prove(ctx, r, size, up.Challenge)
 		if err != nil {
 			return nil, err
 		}
 		res.Instant, res.FileID = true, fileID
 		return res, nil
+	case "pending", "merging":
+		// Completed already by an earlier run: wait for it.
+		u := &uploader{c: c, up: up, opts: opts, res: res}
+		res.Resumed = true
+		return res, u.wait(ctx)
 	case "uploading":
 		res.Resumed = status == http.StatusOK
 	default:
 		return nil, fmt.Errorf("ferry: unexpected upload state %q", up.State)
 	}
-
-	if up.PartSize != partSize {
-		// Resuming an upload someone started with another part size:
-		// the part MD5s must be taken again on its boundaries.
-		if d, err = hashFile(ctx, r, size, up.PartSize, false, nil); err != nil {
-			return nil, fmt.Errorf("ferry: hash: %w", err)
+	for round := 1; ; round++ {
+		u := &uploader{c: c, r: r, up: up, opts: opts, res: res, checksums: up.Checksum == "CRC32C",
+			sums: make(map[int]string, up.PartCount), etags: map[int]string{}}
+		instant, err := u.transfer(ctx)
+		if err != nil || instant {
+			return res, err
 		}
+		err = u.complete(ctx)
+		if !errors.Is(err, errRestarted) || round == 2 {
+			return res, err
+		}
+		// The store lost the parts before ferry could merge them, and
+		// ferry put the upload back to uploading: send it all again.
+		if err := c.withRetry(ctx, opts.Attempts, func() error {
+			_, err := c.call(ctx, http.MethodGet, "/uploads/"+up.UploadID, nil, &up)
+			return err
+		}); err != nil {
+			return res, err
+		}
+		res.PartsSkipped = 0
 	}
-	u := &uploader{c: c, r: r, up: up, opts: opts, res: res, digests: d}
-	if err := u.sendMissing(ctx, up.Parts); err != nil {
-		return res, err
-	}
-	return res, u.complete(ctx)
 }
 
-// The native API's JSON shapes (design §3).
+// errRestarted reports an upload that ferry put back to uploading after
+// complete, because the store lost its parts.
+var errRestarted = errors.New("ferry: the store lost the upload's parts; it must be sent again")
+
+// The native API's JSON shapes (docs/uploads.md).
 type initRequest struct {
-	FileName    string `json:"file_name"`
-	Size        int64  `json:"size"`
-	ContentType string `json:"content_type,omitempty"`
-	SHA256      string `json:"sha256,omitempty"`
-	PartSize    int64  `json:"part_size,omitempty"`
+	FileName        string            `json:"file_name"`
+	Size            int64             `json:"size"`
+	ContentType     string            `json:"content_type,omitempty"`
+	SHA256          string            `json:"sha256,omitempty"`
+	PartSize        int64             `json:"part_size,omitempty"`
+	Checksum        string            `json:"checksum_algorithm,omitempty"`
+	FirstPartCRC32C string            `json:"first_part_crc32c,omitempty"`
+	Metadata        map[string]string `json:"metadata,omitempty"`
 }
 
 type partJSON struct {
 	PartNumber int    `json:"part_number"`
 	Size       int64  `json:"size"`
 	ETag       string `json:"etag"`
+	CRC32C     string `json:"checksum_crc32c"`
 }
 
 type uploadJSON struct {
@@ -184,11 +248,14 @@ type uploadJSON struct {
 	Error     string     `json:"error"`
 	FileID    string     `json:"file_id"`
 	Instant   bool       `json:"instant"`
+	Checksum  string     `json:"checksum_algorithm"`
+	SHA256    string     `json:"sha256"`
 	Challenge *challenge `json:"challenge"`
 }
 
 type challenge struct {
 	ID     string `json:"id"`
+	Nonce  string `json:"nonce"`
 	Ranges []struct {
 		Offset int64 `json:"offset"`
 		Length int64 `json:"length"`
@@ -203,11 +270,16 @@ type presignedURL struct {
 	ExpiresAt time.Time         `json:"expires_at"`
 }
 
-// prove answers a proof-of-possession challenge with the SHA-256 of each
-// requested range of the local bytes.
-func (c *Client) prove(ctx context.Context, r io.ReaderAt, size int64, ch *challenge, opts UploadOptions) (string, error) {
+// prove answers a proof-of-possession challenge: for each requested range
+// of the local bytes, the SHA-256 of the challenge's nonce followed by the
+// range.
+func (c *Client) prove(ctx context.Context, r io.ReaderAt, size int64, ch *challenge) (string, error) {
 	if ch == nil {
 		return "", errors.New("ferry: proof_required without a challenge")
+	}
+	nonce, err := hex.DecodeString(ch.Nonce)
+	if err != nil || len(nonce) == 0 {
+		return "", errors.New("ferry: the challenge has no valid nonce")
 	}
 	digests := make([]string, len(ch.Ranges))
 	for i, rg := range ch.Ranges {
@@ -215,6 +287,7 @@ func (c *Client) prove(ctx context.Context, r io.ReaderAt, size int64, ch *chall
 			return "", fmt.Errorf("ferry: challenge range %d+%d is outside the file", rg.Offset, rg.Length)
 		}
 		h := sha256.New()
+		h.Write(nonce)
 		if _, err := io.Copy(h, io.NewSectionReader(r, rg.Offset, rg.Length)); err != nil {
 			return "", err
 		}
@@ -227,24 +300,61 @@ func (c *Client) prove(ctx context.Context, r io.ReaderAt, size int64, ch *chall
 	return out.FileID, nil
 }
 
-type uploader struct {
-	c       *Client
-	r       io.ReaderAt
-	up      uploadJSON
-	opts    UploadOptions
-	res     *UploadResult
-	digests digests
+// s3MaxParts is S3's part limit, which the client lays files out for
+// until ferry says its store takes fewer.
+const s3MaxParts = 10_000
 
-	mu    sync.Mutex
-	etags map[int]string
+// defaultPartSize is what the client asks for: 8 MiB, raised to the next
+// MiB that keeps the file within maxParts parts.
+func defaultPartSize(size, maxParts int64) int64 {
+	const min = 8 << 20
+	ps := int64(min)
+	if (size+ps-1)/ps > maxParts {
+		ps = ((size+maxParts-1)/maxParts + (1 << 20) - 1) >> 20 << 20
+	}
+	return ps
 }
 
-// part is one part's bytes, read once and kept until S3 accepted them.
+// storePartLimit is the part limit a too_many_parts refusal names.
+func storePartLimit(err error) (int64, bool) {
+	var e *Error
+	if !errors.As(err, &e) || e.Code != "too_many_parts" {
+		return 0, false
+	}
+	var n int64
+	if raw, ok := e.Fields["max_parts"]; !ok || json.Unmarshal(raw, &n) != nil || n < 1 {
+		return 0, false
+	}
+	return n, true
+}
+
+type uploader struct {
+	c         *Client
+	r         io.ReaderAt
+	up        uploadJSON
+	opts      UploadOptions
+	res       *UploadResult
+	checksums bool // parts carry CRC32C (else Content-MD5)
+
+	mu      sync.Mutex
+	sums    map[int]string // part → its CRC32C or Content-MD5, base64, as signed
+	etags   map[int]string
+	fullCRC uint32
+	sent    int64 // bytes S3 holds: skipped parts and accepted PUTs
+}
+
+// part is one part ready to send: its checksum is known, and buf holds its
+// bytes, or is nil when the reader went ahead without a free buffer and the
+// sender must read them again. release gives buf back once the PUT is done
+// with it.
 type part struct {
-	n   int
-	buf []byte
-	md5 string // base64, for Content-MD5
-	url presignedURL
+	n       int
+	sum     string
+	crc     uint32 // for a part read again: the bytes must still hash to it
+	md5     [md5.Size]byte
+	buf     []byte
+	release func()
+	url     presignedURL
 }
 
 func (u *uploader) partRange(n int) (int64, int64) {
@@ -252,35 +362,321 @@ func (u *uploader) partRange(n int) (int64, int64) {
 	return off, min(u.up.PartSize, u.up.Size-off)
 }
 
-func (u *uploader) md5b64(n int) string {
-	return base64.StdEncoding.EncodeToString(u.digests.md5[n-1][:])
-}
+// errInstant ends a transfer that ferry answered with an existing file.
+var errInstant = errors.New("ferry: content already held")
 
-// sendMissing uploads every part S3 does not hold with the right bytes.
-// A part S3 lists is kept only when its size is right and its ETag is the
-// MD5 of the local bytes: resume trusts nothing it has not checked (a PUT
-// cut mid-way can leave a part of the right size with other bytes).
-func (u *uploader) sendMissing(ctx context.Context, have []partJSON) error {
-	u.etags = map[int]string{}
+// transfer reads the file once and sends every part S3 does not hold with
+// the right bytes. It reports true when ferry turned out to hold the
+// content already (res then names the file).
+func (u *uploader) transfer(ctx context.Context) (bool, error) {
 	held := map[int]partJSON{}
-	for _, p := range have {
+	for _, p := range u.up.Parts {
 		held[p.PartNumber] = p
 	}
-	var doneBytes int64
-	var todo []int
+	m := newMeter(u.opts.Progress, "upload", u.up.Size, 0)
+	defer m.finish()
+	g, gctx := errgroup.WithContext(ctx)
+	// Buffers beyond the parts in flight let the reader get a few parts
+	// ahead, so each presign call signs a batch of them instead of one or
+	// two: ferry's work per GiB is mostly per request.
+	window := min(u.opts.Concurrency+6, u.up.PartCount+1)
+	pool := make(chan []byte, window)
+	for range window {
+		pool <- make([]byte, u.up.PartSize)
+	}
+	ready := make(chan part, u.up.PartCount)
+	hashed := make(chan string, 1)
+	g.Go(func() error { return u.read(gctx, held, pool, ready, hashed, m) })
+	g.Go(func() error { return u.dispatch(gctx, ready, pool, m) })
+	g.Go(func() error { return u.declare(gctx, ctx, hashed) })
+	err := g.Wait()
+	if u.res.Instant {
+		// ferry holds the content: whatever the PUTs still in flight met
+		// (the upload is gone) no longer matters.
+		return true, nil
+	}
+	return false, err
+}
+
+// read is the one sequential read of the file. For each part it computes
+// the part's checksum, folds the part into the whole file's CRC32C and
+// SHA-256, and either counts the part as held (S3 lists it with the same
+// checksum) or queues it to be sent, in its buffer when one is free.
+func (u *uploader) read(ctx context.Context, held map[int]partJSON, pool chan []byte, ready chan<- part, hashed chan<- string, m *meter) error {
+	defer close(ready)
+	// The SHA-256 runs on its own goroutine, a few parts behind the read,
+	// so part checksums (and with them presigning and the PUTs) never wait
+	// for the slower hash. A pooled buffer goes back to the pool once both
+	// the hash and its PUT are done with it.
+	var sha *hasher
+	if u.res.SHA256 == "" && !u.opts.SkipHash {
+		sha = newHasher(cap(pool) + 2)
+		defer sha.stop()
+	}
+	scratch := [2][]byte{make([]byte, u.up.PartSize), make([]byte, u.up.PartSize)}
+	scratchFree := [2]chan struct{}{make(chan struct{}, 1), make(chan struct{}, 1)}
+	scratchFree[0] <- struct{}{}
+	scratchFree[1] <- struct{}{}
+	ahead := false
+	began := time.Now()
+	var busy time.Duration // time spent reading and hashing, not waiting
+	var readBytes int64
 	for n := 1; n <= u.up.PartCount; n++ {
-		_, length := u.partRange(n)
-		if p, ok := held[n]; ok && p.Size == length && strings.Trim(p.ETag, `"`) == u.digests.md5Hex(n) {
-			u.etags[n] = p.ETag
-			doneBytes += length
+		off, length := u.partRange(n)
+		var buf []byte
+		pooled := false
+		for !ahead && !pooled {
+			// Wait for a free buffer while the PUTs keep up with reading.
+			// When they are far slower (the network is the bottleneck),
+			// go ahead without buffers: reading those parts again later
+			// costs the transfer nothing, and the SHA-256 comes early.
+			select {
+			case b := <-pool:
+				buf, pooled = b, true
+			case <-time.After(100 * time.Millisecond):
+				ahead = u.linkIsSlow(time.Since(began), busy, readBytes)
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		var release func()
+		if pooled {
+			refs := new(atomic.Int32)
+			refs.Store(1)
+			if sha != nil {
+				refs.Store(2)
+			}
+			b := buf
+			release = func() {
+				if refs.Add(-1) == 0 {
+					pool <- b[:cap(b)]
+				}
+			}
+		} else {
+			// Two scratch buffers: one is read into while the hash may
+			// still be busy with the other.
+			i := n % 2
+			select {
+			case <-scratchFree[i]:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			buf = scratch[i]
+			release = func() { scratchFree[i] <- struct{}{} }
+		}
+		start := time.Now()
+		buf = buf[:length]
+		if _, err := u.r.ReadAt(buf, off); err != nil && !errors.Is(err, io.EOF) {
+			return fmt.Errorf("ferry: read part %d: %w", n, err)
+		}
+		p := part{n: n}
+		p.crc = crc32.Checksum(buf, castagnoli)
+		if u.checksums {
+			p.sum = crc32cB64(p.crc)
+		} else {
+			p.md5 = md5.Sum(buf)
+			p.sum = base64.StdEncoding.EncodeToString(p.md5[:])
+		}
+		if sha != nil {
+			if err := sha.add(ctx, buf, release); err != nil {
+				return err
+			}
+		} else if !pooled {
+			release()
+		}
+		u.mu.Lock()
+		u.sums[n] = p.sum
+		if n == 1 {
+			u.fullCRC = p.crc
+		} else {
+			u.fullCRC = crc32cCombine(u.fullCRC, p.crc, length)
+		}
+		u.mu.Unlock()
+		busy += time.Since(start)
+		readBytes += length
+
+		if h, ok := held[n]; ok && h.Size == length && u.holds(h, p) {
+			u.mu.Lock()
+			u.etags[n] = h.ETag
 			u.res.PartsSkipped++
+			u.sent += length
+			u.mu.Unlock()
+			m.add(length)
+			if pooled {
+				release() // the PUT's share: there is none
+			}
 			continue
 		}
-		todo = append(todo, n)
+		// Once ahead, the reader never takes a buffer again: queued
+		// buffers then belong only to parts before every part that must
+		// be read again, so a sender waiting for one always gets it.
+		if pooled {
+			p.buf, p.release = buf, release
+		}
+		select {
+		case ready <- p:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
-	m := newMeter(u.opts.Progress, "upload", u.up.Size, doneBytes)
-	defer m.finish()
-	return u.send(ctx, todo, m)
+	if sha != nil {
+		sum, err := sha.sum(ctx)
+		if err != nil {
+			return err
+		}
+		u.res.SHA256 = sum
+		hashed <- sum
+	}
+	close(hashed)
+	return nil
+}
+
+// hasher takes the file's bytes in order on its own goroutine and computes
+// their SHA-256, calling each chunk's done once it is hashed.
+type hasher struct {
+	in   chan hashChunk
+	out  chan string
+	quit chan struct{}
+}
+
+type hashChunk struct {
+	b    []byte
+	done func()
+}
+
+func newHasher(depth int) *hasher {
+	in := make(chan hashChunk, depth)
+	h := &hasher{in: in, out: make(chan string, 1), quit: make(chan struct{})}
+	go func() {
+		s := sha256.New()
+		for {
+			select {
+			case c, ok := <-in:
+				if !ok {
+					h.out <- hex.EncodeToString(s.Sum(nil))
+					return
+				}
+				s.Write(c.b)
+				c.done()
+			case <-h.quit:
+				return
+			}
+		}
+	}()
+	return h
+}
+
+func (h *hasher) add(ctx context.Context, b []byte, done func()) error {
+	select {
+	case h.in <- hashChunk{b, done}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// sum ends the input and returns the digest.
+func (h *hasher) sum(ctx context.Context) (string, error) {
+	close(h.in)
+	h.in = nil
+	select {
+	case s := <-h.out:
+		return s, nil
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
+}
+
+// stop ends the hashing goroutine if sum was not reached.
+func (h *hasher) stop() {
+	if h.in != nil {
+		close(h.quit)
+	}
+}
+
+// linkIsSlow decides, after at least a second, whether the PUTs are so
+// much slower than reading and hashing (a quarter of the speed or less)
+// that reading ahead pays: on a fast link the reader waits for buffers and
+// the file is read once.
+func (u *uploader) linkIsSlow(elapsed, busy time.Duration, read int64) bool {
+	if elapsed < time.Second || busy <= 0 {
+		return false
+	}
+	u.mu.Lock()
+	sent := u.sent
+	u.mu.Unlock()
+	readRate := float64(read) / busy.Seconds()
+	sendRate := float64(sent) / elapsed.Seconds()
+	return sendRate*4 < readRate
+}
+
+// holds reports whether a part S3 lists is the local part: same CRC32C, or
+// for uploads without checksums an ETag that is the local part's MD5. A
+// PUT cut mid-way can leave a part of the right size with other bytes, so
+// resume trusts nothing it has not checked.
+func (u *uploader) holds(h partJSON, p part) bool {
+	if u.checksums {
+		return h.CRC32C == p.sum
+	}
+	return strings.Trim(h.ETag, `"`) == hex.EncodeToString(p.md5[:])
+}
+
+// declare tells ferry the SHA-256 as soon as the read has it, when enough
+// is left to send for it to matter: ferry answers with an instant file, a
+// proof to make, or nothing new. It waits for the hash on wait (the
+// transfer's group) but asks on ctx: an instant answer aborts the upload
+// before it reaches the client, so a part in flight meanwhile fails with
+// 409 and ends the group; the answer must still be read, or a file ferry
+// created would be reported as a failed upload.
+func (u *uploader) declare(wait, ctx context.Context, hashed <-chan string) error {
+	var sum string
+	select {
+	case s, ok := <-hashed:
+		if !ok {
+			return nil
+		}
+		sum = s
+	case <-wait.Done():
+		return nil
+	}
+	u.mu.Lock()
+	left := u.up.Size - u.sent
+	u.mu.Unlock()
+	if left < 2*u.up.PartSize {
+		return nil // it goes with complete
+	}
+	var out uploadJSON
+	err := u.c.withRetry(ctx, u.opts.Attempts, func() error {
+		_, err := u.c.call(ctx, http.MethodPost, "/uploads/"+u.up.UploadID+"/sha256", map[string]string{"sha256": sum}, &out)
+		return err
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	switch out.State {
+	case "success":
+		u.res.Instant, u.res.FileID = true, out.FileID
+		return errInstant
+	case "proof_required":
+		fileID, err := u.c.prove(ctx, u.r, u.up.Size, out.Challenge)
+		if err != nil {
+			return err
+		}
+		u.res.Instant, u.res.FileID = true, fileID
+		u.abort(ctx)
+		return errInstant
+	}
+	return nil
+}
+
+// abort drops the upload after an instant file made it useless.
+func (u *uploader) abort(ctx context.Context) {
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	u.c.call(actx, http.MethodDelete, "/uploads/"+u.up.UploadID, nil, nil)
 }
 
 // presignWindow is how many part URLs one presign call asks for. Large
@@ -288,54 +684,58 @@ func (u *uploader) sendMissing(ctx context.Context, have []partJSON) error {
 // URLs that expire before their turn are signed again one by one.
 const presignWindow = 128
 
-// send uploads the parts in todo: one goroutine presigns them a window at
-// a time and reads each into one of a bounded pool of buffers
-// (Concurrency+1 parts in memory); Concurrency workers PUT them.
-func (u *uploader) send(ctx context.Context, todo []int, m *meter) error {
-	if len(todo) == 0 {
-		return nil
-	}
+// dispatch presigns ready parts in batches (as many as are ready, up to
+// presignWindow) and hands them to Concurrency senders.
+func (u *uploader) dispatch(ctx context.Context, ready <-chan part, pool chan []byte, m *meter) error {
 	g, ctx := errgroup.WithContext(ctx)
 	work := make(chan part)
-	free := make(chan []byte, u.opts.Concurrency+1)
-	for range cap(free) {
-		free <- make([]byte, u.up.PartSize)
-	}
 	g.Go(func() error {
 		defer close(work)
-		for i := 0; i < len(todo); i += presignWindow {
-			nums := todo[i:min(i+presignWindow, len(todo))]
+		for {
+			var batch []part
+			select {
+			case p, ok := <-ready:
+				if !ok {
+					return nil
+				}
+				batch = append(batch, p)
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		more:
+			for len(batch) < presignWindow {
+				select {
+				case p, ok := <-ready:
+					if !ok {
+						break more
+					}
+					batch = append(batch, p)
+				default:
+					break more
+				}
+			}
+			nums := make([]int, len(batch))
+			for i, p := range batch {
+				nums[i] = p.n
+			}
 			urls, err := u.presign(ctx, nums)
 			if err != nil {
 				return err
 			}
-			for _, n := range nums {
-				var b []byte
+			for _, p := range batch {
+				p.url = urls[p.n]
 				select {
-				case b = <-free:
-				case <-ctx.Done():
-					return ctx.Err()
-				}
-				off, length := u.partRange(n)
-				b = b[:length]
-				if _, err := u.r.ReadAt(b, off); err != nil && !errors.Is(err, io.EOF) {
-					return fmt.Errorf("ferry: read part %d: %w", n, err)
-				}
-				select {
-				case work <- part{n: n, buf: b, md5: u.md5b64(n), url: urls[n]}:
+				case work <- p:
 				case <-ctx.Done():
 					return ctx.Err()
 				}
 			}
 		}
-		return nil
 	})
 	for range u.opts.Concurrency {
 		g.Go(func() error {
 			for p := range work {
-				err := u.put(ctx, &p, m)
-				free <- p.buf[:cap(p.buf)]
-				if err != nil {
+				if err := u.send(ctx, &p, pool, m); err != nil {
 					return err
 				}
 			}
@@ -345,15 +745,47 @@ func (u *uploader) send(ctx context.Context, todo []int, m *meter) error {
 	return g.Wait()
 }
 
+// send PUTs one part, reading it again first when the reader went ahead
+// without keeping its bytes, and returns its buffer to the pool.
+func (u *uploader) send(ctx context.Context, p *part, pool chan []byte, m *meter) error {
+	if p.buf == nil {
+		var b []byte
+		select {
+		case b = <-pool:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		p.release = func() { pool <- b[:cap(b)] }
+		off, length := u.partRange(p.n)
+		p.buf = b[:length]
+		if _, err := u.r.ReadAt(p.buf, off); err != nil && !errors.Is(err, io.EOF) {
+			p.release()
+			return fmt.Errorf("ferry: read part %d: %w", p.n, err)
+		}
+		if crc32.Checksum(p.buf, castagnoli) != p.crc {
+			p.release()
+			return fmt.Errorf("%w (part %d)", errFileChanged, p.n)
+		}
+	}
+	err := u.put(ctx, p, m)
+	p.release()
+	return err
+}
+
 // presign asks for the URLs of parts nums with one API call, each URL
-// pinning its part's Content-MD5.
+// pinning its part's checksum.
 func (u *uploader) presign(ctx context.Context, nums []int) (map[int]presignedURL, error) {
-	req := struct {
-		PartNumbers []int             `json:"part_numbers"`
-		ContentMD5  map[string]string `json:"content_md5"`
-	}{PartNumbers: nums, ContentMD5: map[string]string{}}
+	sums := make(map[string]string, len(nums))
+	u.mu.Lock()
 	for _, n := range nums {
-		req.ContentMD5[strconv.Itoa(n)] = u.md5b64(n)
+		sums[strconv.Itoa(n)] = u.sums[n]
+	}
+	u.mu.Unlock()
+	req := map[string]any{"part_numbers": nums}
+	if u.checksums {
+		req["checksum_crc32c"] = sums
+	} else {
+		req["content_md5"] = sums
 	}
 	var out struct {
 		URLs map[string]presignedURL `json:"urls"`
@@ -398,6 +830,7 @@ func (u *uploader) put(ctx context.Context, p *part, m *meter) error {
 			u.mu.Lock()
 			u.etags[p.n] = etag
 			u.res.PartsSent++
+			u.sent += int64(len(p.buf))
 			u.mu.Unlock()
 			return nil
 		}
@@ -443,7 +876,6 @@ func (u *uploader) putOnce(ctx context.Context, p *part, m *meter) (string, erro
 	for k, v := range p.url.Headers {
 		req.Header.Set(k, v)
 	}
-	req.Header.Set("Content-MD5", p.md5)
 	resp, err := u.c.data.Do(req)
 	if err != nil {
 		m.add(-sent)
@@ -463,39 +895,39 @@ func (u *uploader) putOnce(ctx context.Context, p *part, m *meter) (string, erro
 	return etag, nil
 }
 
-// complete asks ferry to merge, re-sending any parts ferry says are
-// missing (once), then waits for the verified result.
+// complete asks ferry to merge, with the part ETags, the whole file's
+// CRC32C (which S3 checks) and SHA-256, sending again (once) any part ferry
+// says is missing or wrong; then it waits for the result.
 func (u *uploader) complete(ctx context.Context) error {
 	for round := 0; ; round++ {
 		u.mu.Lock()
-		parts := make([]map[string]any, 0, len(u.etags))
 		nums := make([]int, 0, len(u.etags))
 		for n := range u.etags {
 			nums = append(nums, n)
 		}
 		sort.Ints(nums)
+		parts := make([]map[string]any, 0, len(nums))
 		for _, n := range nums {
 			parts = append(parts, map[string]any{"part_number": n, "etag": u.etags[n]})
 		}
+		req := map[string]any{"parts": parts}
+		if u.res.SHA256 != "" {
+			req["sha256"] = u.res.SHA256
+		}
+		if u.checksums {
+			req["checksum_crc32c"] = crc32cB64(u.fullCRC)
+		}
 		u.mu.Unlock()
 		err := u.c.withRetry(ctx, u.opts.Attempts, func() error {
-			_, err := u.c.call(ctx, http.MethodPost, "/uploads/"+u.up.UploadID+"/complete", map[string]any{"parts": parts}, nil)
+			_, err := u.c.call(ctx, http.MethodPost, "/uploads/"+u.up.UploadID+"/complete", req, nil)
 			return err
 		})
 		var fe *Error
 		if round == 0 && errors.As(err, &fe) && fe.Status == http.StatusConflict {
-			missing := missingParts(fe)
-			if len(missing) > 0 {
-				u.mu.Lock()
-				for _, n := range missing {
-					delete(u.etags, n)
-				}
-				u.mu.Unlock()
-				m := newMeter(u.opts.Progress, "upload", u.up.Size, u.up.Size-int64(len(missing))*u.up.PartSize)
-				if err := u.send(ctx, missing, m); err != nil {
+			if missing := missingParts(fe); len(missing) > 0 {
+				if err := u.resend(ctx, missing); err != nil {
 					return err
 				}
-				m.finish()
 				continue
 			}
 		}
@@ -505,6 +937,42 @@ func (u *uploader) complete(ctx context.Context) error {
 		break
 	}
 	return u.wait(ctx)
+}
+
+// resend sends parts again from the file, checking each against the
+// checksum the first read gave it.
+func (u *uploader) resend(ctx context.Context, nums []int) error {
+	m := newMeter(u.opts.Progress, "upload", u.up.Size, u.up.Size-int64(len(nums))*u.up.PartSize)
+	defer m.finish()
+	pool := make(chan []byte, u.opts.Concurrency)
+	for range u.opts.Concurrency {
+		pool <- make([]byte, u.up.PartSize)
+	}
+	ready := make(chan part, len(nums))
+	for _, n := range nums {
+		u.mu.Lock()
+		delete(u.etags, n)
+		sum := u.sums[n]
+		u.mu.Unlock()
+		p := part{n: n, sum: sum}
+		if u.checksums {
+			b, _ := base64.StdEncoding.DecodeString(sum)
+			if len(b) == 4 {
+				p.crc = uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+			}
+		} else {
+			// Content-MD5 pins the bytes; read them and take their CRC.
+			off, length := u.partRange(n)
+			b := make([]byte, length)
+			if _, err := u.r.ReadAt(b, off); err != nil && !errors.Is(err, io.EOF) {
+				return err
+			}
+			p.crc = crc32.Checksum(b, castagnoli)
+		}
+		ready <- p
+	}
+	close(ready)
+	return u.dispatch(ctx, ready, pool, m)
 }
 
 func missingParts(e *Error) []int {
@@ -519,16 +987,15 @@ func missingParts(e *Error) []int {
 	return out
 }
 
-// wait polls the upload until ferry has merged and verified it.
+// wait follows the upload until ferry has merged it, holding each request
+// open until the state changes (?wait), so success is seen as soon as it
+// happens.
 func (u *uploader) wait(ctx context.Context) error {
 	m := newMeter(u.opts.Progress, "verify", u.up.Size, 0)
-	// Merging and verifying take about as long as reading the file from
-	// S3 once; polls are cheap, so keep the wait after it short.
-	delay := 100 * time.Millisecond
 	for {
 		var st uploadJSON
 		err := u.c.withRetry(ctx, u.opts.Attempts, func() error {
-			_, err := u.c.call(ctx, http.MethodGet, "/uploads/"+u.up.UploadID, nil, &st)
+			_, err := u.c.call(ctx, http.MethodGet, "/uploads/"+u.up.UploadID+"?wait=30s", nil, &st)
 			return err
 		})
 		if err != nil {
@@ -539,14 +1006,15 @@ func (u *uploader) wait(ctx context.Context) error {
 			m.add(u.up.Size)
 			m.finish()
 			u.res.FileID = st.FileID
+			if u.res.SHA256 == "" {
+				u.res.SHA256 = st.SHA256
+			}
 			return nil
 		case "failed", "aborted", "expired":
 			return fmt.Errorf("%w: %s: %s", ErrUploadFailed, st.State, st.Error)
+		case "uploading":
+			return errRestarted
 		}
-		if err := u.c.sleep(ctx, delay); err != nil {
-			return err
-		}
-		delay = min(delay*3/2, time.Second)
 	}
 }
 

@@ -2,6 +2,7 @@ package config
 
 import (
 	"bufio"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -22,8 +23,71 @@ func TestDefaults(t *testing.T) {
 		c.S3PublicEndpoint != "http://127.0.0.1:9310" || c.S3Bucket != "ferry" ||
 		c.DownloadLinkTTL != 300*time.Second || c.DownloadLinkMaxAddrs != 3 || c.UploadTTL != 24*time.Hour || c.ExportRetention != 168*time.Hour ||
 		c.ExportShardSize != 200 || c.JobLease != 30*time.Second || len(c.WebhookRetrySchedule) != 10 ||
-		c.WebhookAllowPrivate || c.DefaultPartSize != 8<<20 || c.MaxUploadSize != 5<<40 {
+		c.WebhookAllowPrivate || c.DefaultPartSize != 8<<20 || c.MaxUploadSize != 10_000*5<<30 || c.S3MaxParts != 10_000 || c.S3MaxPartSize != 5<<30 ||
+		c.DownloadLogRetention != 30*24*time.Hour || c.MetricsAddr != "" ||
+		c.RateAuthFailures.String() != "10/min" || c.RateCreates.String() != "120/min" {
 		t.Fatalf("unexpected defaults: %+v", c)
+	}
+}
+
+// The size limit follows the store's multipart limits: by default AWS
+// S3's 10,000 parts of up to 5 GiB (48.8 TiB), smaller where the store
+// says so, and never more than the parts can hold.
+func TestStoreLimits(t *testing.T) {
+	const awsMax = 10_000 * 5 << 30 // 53,687,091,200,000 bytes
+	for _, tc := range []struct {
+		env            map[string]string
+		parts          int
+		partSize, size int64
+		err            string
+	}{
+		{env: nil, parts: 10_000, partSize: 5 << 30, size: awsMax},
+		{env: map[string]string{"FERRY_MAX_UPLOAD_SIZE": "53687091200000"}, parts: 10_000, partSize: 5 << 30, size: awsMax},
+		{env: map[string]string{"FERRY_MAX_UPLOAD_SIZE": "53687091200001"}, err: "FERRY_MAX_UPLOAD_SIZE"},
+		{env: map[string]string{"FERRY_MAX_UPLOAD_SIZE": "5TiB"}, parts: 10_000, partSize: 5 << 30, size: 5 << 40},
+		{env: map[string]string{"FERRY_S3_MAX_PARTS": "1000"}, parts: 1000, partSize: 5 << 30, size: 1000 * 5 << 30},
+		{env: map[string]string{"FERRY_S3_MAX_PARTS": "1000", "FERRY_MAX_UPLOAD_SIZE": "5TiB"}, err: "FERRY_MAX_UPLOAD_SIZE"},
+		{env: map[string]string{"FERRY_S3_MAX_PART_SIZE": "1GiB"}, parts: 10_000, partSize: 1 << 30, size: 10_000 << 30},
+		{env: map[string]string{"FERRY_S3_MAX_PART_SIZE": "1GiB", "FERRY_PART_SIZE": "2GiB"}, err: "FERRY_PART_SIZE"},
+		{env: map[string]string{"FERRY_PART_SIZE": "6GiB"}, err: "FERRY_PART_SIZE"},
+		{env: map[string]string{"FERRY_S3_MAX_PARTS": "10001"}, err: "FERRY_S3_MAX_PARTS"},
+		{env: map[string]string{"FERRY_S3_MAX_PARTS": "0"}, err: "FERRY_S3_MAX_PARTS"},
+		{env: map[string]string{"FERRY_S3_MAX_PART_SIZE": "4MiB"}, err: "FERRY_S3_MAX_PART_SIZE"},
+		{env: map[string]string{"FERRY_S3_MAX_PART_SIZE": "6GiB"}, err: "FERRY_S3_MAX_PART_SIZE"},
+	} {
+		c, err := Load(env(tc.env))
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%v: err = %v, want one naming %s", tc.env, err, tc.err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%v: %v", tc.env, err)
+			continue
+		}
+		if c.S3MaxParts != tc.parts || c.S3MaxPartSize != tc.partSize || c.MaxUploadSize != tc.size {
+			t.Errorf("%v: parts %d of %d, max %d; want %d of %d, max %d", tc.env, c.S3MaxParts, c.S3MaxPartSize, c.MaxUploadSize, tc.parts, tc.partSize, tc.size)
+		}
+	}
+}
+
+// FERRY_TRUSTED_PROXIES takes addresses and CIDR prefixes, IPv4 and IPv6,
+// and "none"; the default is loopback.
+func TestTrustedProxies(t *testing.T) {
+	for v, want := range map[string]string{
+		"":                                       "[127.0.0.1/32 ::1/128]",
+		"10.0.0.0/8, 192.168.1.7 ,2001:db8::/32": "[10.0.0.0/8 192.168.1.7/32 2001:db8::/32]",
+		"10.1.2.3/8":                             "[10.0.0.0/8]",
+		"none":                                   "[]",
+	} {
+		c, err := Load(env(map[string]string{"FERRY_TRUSTED_PROXIES": v}))
+		if err != nil {
+			t.Fatalf("%q: %v", v, err)
+		}
+		if got := fmt.Sprint(c.TrustedProxies); got != want {
+			t.Errorf("%q: %s, want %s", v, got, want)
+		}
 	}
 }
 
@@ -51,6 +115,10 @@ func TestBadSettings(t *testing.T) {
 		{map[string]string{"FERRY_DB_DRIVER": "mysql", "FERRY_DB_DSN": "root@127.0.0.1/x"}, "FERRY_DB_DSN"},
 		{map[string]string{"FERRY_DB_DRIVER": "mysql", "FERRY_DB_DSN": "root@tcp(127.0.0.1:3306)/"}, "FERRY_DB_DSN"},
 		{map[string]string{"FERRY_ADDR": "8080"}, "FERRY_ADDR"},
+		{map[string]string{"FERRY_METRICS_ADDR": "9090"}, "FERRY_METRICS_ADDR"},
+		{map[string]string{"FERRY_ADDR": ":9090", "FERRY_METRICS_ADDR": ":9090"}, "FERRY_METRICS_ADDR"},
+		{map[string]string{"FERRY_PPROF": "true"}, "FERRY_PPROF"},
+		{map[string]string{"FERRY_PPROF": "yes", "FERRY_METRICS_ADDR": "127.0.0.1:9090"}, "FERRY_PPROF"},
 		{map[string]string{"FERRY_PUBLIC_URL": "ftp://x"}, "FERRY_PUBLIC_URL"},
 		{map[string]string{"FERRY_PUBLIC_URL": "https://x.example/app"}, "FERRY_PUBLIC_URL"},
 		{map[string]string{"FERRY_S3_ENDPOINT": "minio:9000"}, "FERRY_S3_ENDPOINT"},
@@ -72,6 +140,13 @@ func TestBadSettings(t *testing.T) {
 		{map[string]string{"FERRY_WEBHOOK_RETRY_SCHEDULE": "30s,,1m"}, "FERRY_WEBHOOK_RETRY_SCHEDULE"},
 		{map[string]string{"FERRY_WEBHOOK_ALLOW_PRIVATE": "yes please"}, "FERRY_WEBHOOK_ALLOW_PRIVATE"},
 		{map[string]string{"FERRY_CORS_ORIGINS": "app.example.com"}, "FERRY_CORS_ORIGINS"},
+		{map[string]string{"FERRY_DOWNLOAD_LOG_RETENTION": "10m"}, "FERRY_DOWNLOAD_LOG_RETENTION"},
+		{map[string]string{"FERRY_TRUSTED_PROXIES": "10.0.0.0/33"}, "FERRY_TRUSTED_PROXIES"},
+		{map[string]string{"FERRY_TRUSTED_PROXIES": "lb.internal"}, "FERRY_TRUSTED_PROXIES"},
+		{map[string]string{"FERRY_RATE_AUTH_FAILURES": "10"}, "FERRY_RATE_AUTH_FAILURES"},
+		{map[string]string{"FERRY_RATE_CREATES": "lots/min"}, "FERRY_RATE_CREATES"},
+		{map[string]string{"FERRY_TRUSTED_PROXIES": "10.0.0.1,,10.0.0.2"}, "FERRY_TRUSTED_PROXIES"},
+		{map[string]string{"FERRY_TRUSTED_PROXIES": "fe80::1%eth0"}, "FERRY_TRUSTED_PROXIES"},
 		{map[string]string{"FERRY_LOG_LEVEL": "loud"}, "FERRY_LOG_LEVEL"},
 		{map[string]string{"FERRY_LOG_FORMAT": "xml"}, "FERRY_LOG_FORMAT"},
 	} {

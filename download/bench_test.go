@@ -11,7 +11,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -68,19 +67,21 @@ func benchSetup(b *testing.B) benchObject {
 		bucket := "bench-" + testenv.RandomHex(4)
 		st := testenv.StoreFor(b, srv, bucket)
 		ctx := context.Background()
-		w := st.NewWriter(ctx, "bench/object", "application/gzip", 64<<20)
 		h := sha256.New()
 		block := randomData(b, 8<<20)
-		for left := size; left > 0; {
-			n := min(left, int64(len(block)))
-			block[0]++ // no two blocks alike
-			h.Write(block[:n])
-			if _, err := w.Write(block[:n]); err != nil {
-				b.Fatal(err)
+		_, err := st.WriteObject(ctx, "bench/object", "application/gzip", 64<<20, func(w io.Writer) error {
+			for left := size; left > 0; {
+				n := min(left, int64(len(block)))
+				block[0]++ // no two blocks alike
+				h.Write(block[:n])
+				if _, err := w.Write(block[:n]); err != nil {
+					return err
+				}
+				left -= n
 			}
-			left -= n
-		}
-		if err := w.Close(); err != nil {
+			return nil
+		})
+		if err != nil {
 			b.Fatal(err)
 		}
 		benchObj = benchObject{st: st, srv: srv, key: "bench/object", size: size, sum: hex.EncodeToString(h.Sum(nil))}
@@ -91,8 +92,7 @@ func benchSetup(b *testing.B) benchObject {
 // benchChild starts the proxy in a child process and returns its download
 // link and pid.
 func benchChild(b *testing.B, o benchObject) (string, int) {
-	cmd := exec.Command(os.Args[0], "-test.run=^TestBenchChild$")
-	cmd.Env = append(os.Environ(), "FERRY_BENCH_CHILD=1",
+	cmd := testenv.Child("TestBenchChild", "FERRY_BENCH_CHILD=1",
 		"FERRY_BENCH_S3="+o.srv.Endpoint, "FERRY_BENCH_AK="+o.srv.AccessKey, "FERRY_BENCH_SK="+o.srv.SecretKey,
 		"FERRY_BENCH_BUCKET="+o.st.Bucket(), "FERRY_BENCH_KEY="+o.key,
 		"FERRY_BENCH_OBJ_SIZE="+strconv.FormatInt(o.size, 10), "FERRY_BENCH_SHA="+o.sum)
@@ -127,7 +127,7 @@ func TestBenchChild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	us := users.New(db.DB, time.Now, time.Hour)
+	us := testenv.Must(users.New(users.Config{DB: db.DB, Now: time.Now, SessionTTL: time.Hour}))
 	u, _, err := us.Create(ctx, "bench", false)
 	if err != nil {
 		t.Fatal(err)
@@ -144,7 +144,7 @@ func TestBenchChild(t *testing.T) {
 	log := slog.New(slog.DiscardHandler)
 	reg := prometheus.NewRegistry()
 	svc, err := download.New(download.Config{
-		DB: db.DB, Storage: st, Users: us, Signer: signer, PublicURL: "http://" + ln.Addr().String(), LinkTTL: time.Hour, MaxLinkAddrs: 3,
+		DB: db.DB, Storage: st, Users: us, Signer: signer, MaxLinkAddrs: 3,
 		// A stand-in resolver, as in env_test.go: one resource.
 		Resolver: download.ResolverFunc(func(_ context.Context, id, user string) (download.Resource, error) {
 			if id != benchID || user != u.ID {
@@ -157,11 +157,18 @@ func TestBenchChild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hs := &http.Server{Handler: server.New(server.Deps{Log: log, Users: us, Downloads: svc, Gatherer: reg, Registerer: reg,
-		MaxBodyBytes: 1 << 20, SessionTTL: time.Hour}).Handler(), ReadHeaderTimeout: 10 * time.Second}
+	api, err := server.New(server.Deps{Log: log, Users: us, Downloads: svc, Gatherer: reg, Registerer: reg,
+		MaxBodyBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := &http.Server{Handler: api.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	go hs.Serve(ln)
-	link, _ := svc.Link(benchID, u.ID)
-	fmt.Println("LINK " + link)
+	links, err := download.NewLinks(download.LinksConfig{Signer: signer, PublicURL: "http://" + ln.Addr().String(), TTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Println("LINK " + links.Link(benchID, u.ID).URL)
 	io.Copy(io.Discard, os.Stdin) // until the parent closes stdin
 	hs.Close()
 }

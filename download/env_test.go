@@ -26,7 +26,6 @@ import (
 	"github.com/ferry-io/ferry/users"
 )
 
-var _ download.Storage = (*s3store.Store)(nil)
 var _ download.Users = (*users.Service)(nil)
 var _ download.Signer = (*presign.Signer)(nil)
 
@@ -124,8 +123,12 @@ type env struct {
 	reg     *prometheus.Registry
 	logs    *logCapture
 	svc     *download.Service
+	links   *download.Links
 	srv     *httptest.Server
 	maxAddr int
+	// pruneEvery is the download-log pruning period of servers started
+	// from now on (0: the default).
+	pruneEvery time.Duration
 }
 
 func newEnv(t *testing.T, db *testenv.DB) *env {
@@ -134,7 +137,7 @@ func newEnv(t *testing.T, db *testenv.DB) *env {
 		t: t, db: db, store: testenv.Store(t), clock: &clock{t: time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)},
 		res: &standIn{items: map[string]*standInItem{}}, logs: &logCapture{}, maxAddr: 2,
 	}
-	e.users = users.New(db.DB, e.clock.Now, time.Hour)
+	e.users = testenv.Must(users.New(users.Config{DB: db.DB, Now: e.clock.Now, SessionTTL: time.Hour}))
 	e.svc, e.reg, e.srv = e.serve(keyK1)
 	return e
 }
@@ -147,21 +150,26 @@ func (e *env) serve(keys string) (*download.Service, *prometheus.Registry, *http
 		e.t.Fatal(err)
 	}
 	signer, _ := presign.NewSigner(ks, e.clock.Now)
+	e.links, _ = download.NewLinks(download.LinksConfig{Signer: signer, PublicURL: "http://placeholder", TTL: 300 * time.Second})
 	reg := prometheus.NewRegistry()
 	log := slog.New(e.logs)
 	svc, err := download.New(download.Config{
 		DB: e.db.DB, Storage: e.store, Users: e.users, Signer: signer,
-		Resolver:  download.Routes{"exp_": e.res, "fil_": e.res},
-		PublicURL: "http://placeholder", LinkTTL: 300 * time.Second, MaxLinkAddrs: e.maxAddr,
-		Log: log, Registerer: reg, Now: e.clock.Now,
+		Resolver:     download.Routes{"exp_": e.res, "fil_": e.res},
+		MaxLinkAddrs: e.maxAddr,
+		PruneEvery:   e.pruneEvery, Log: log, Registerer: reg, Now: e.clock.Now,
 	})
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	srv := httptest.NewServer(server.New(server.Deps{
+	api, err := server.New(server.Deps{
 		Log: log, Users: e.users, Downloads: svc, Gatherer: reg, Registerer: reg,
-		MaxBodyBytes: 1 << 20, Origins: []string{"http://placeholder"}, SessionTTL: time.Hour,
-	}).Handler())
+		MaxBodyBytes: 1 << 20, Origins: []string{"http://placeholder"},
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	srv := httptest.NewServer(api.Handler())
 	e.t.Cleanup(srv.Close)
 	return svc, reg, srv
 }
@@ -195,9 +203,8 @@ func (e *env) put(id, owner string, data []byte, name string) string {
 }
 
 // link returns a signed URL for id on srv.
-func (e *env) link(svc *download.Service, srv *httptest.Server, id, user string) string {
-	u, _ := svc.Link(id, user)
-	return srv.URL + strings.TrimPrefix(u, "http://placeholder")
+func (e *env) link(_ *download.Service, srv *httptest.Server, id, user string) string {
+	return srv.URL + strings.TrimPrefix(e.links.Link(id, user).URL, "http://placeholder")
 }
 
 type reply struct {
@@ -236,30 +243,4 @@ func randomData(t testing.TB, n int) []byte {
 		t.Fatal(err)
 	}
 	return b
-}
-
-// counter reads a counter from reg.
-func counter(t *testing.T, reg *prometheus.Registry, name, label, value string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			match := label == ""
-			for _, lp := range m.GetLabel() {
-				if lp.GetName() == label && lp.GetValue() == value {
-					match = true
-				}
-			}
-			if match {
-				return m.GetCounter().GetValue()
-			}
-		}
-	}
-	return 0
 }

@@ -13,14 +13,17 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/minio/minio-go/v7"
 
+	"github.com/ferry-io/ferry/client"
 	"github.com/ferry-io/ferry/internal/testenv"
 	"github.com/ferry-io/ferry/models"
 )
@@ -39,7 +42,7 @@ func e2eDir() string {
 
 // requireBrowser skips (or, in CI, fails) the test when the browser
 // tooling is missing.
-func requireBrowser(t *testing.T) {
+func requireBrowser(t testing.TB) {
 	t.Helper()
 	var missing []string
 	if _, err := os.Stat(chromiumPath); err != nil {
@@ -63,7 +66,7 @@ func requireBrowser(t *testing.T) {
 }
 
 // runBrowser runs one scenario of run.mjs and decodes its result into out.
-func runBrowser(t *testing.T, cfg map[string]any, out any) {
+func runBrowser(t testing.TB, cfg map[string]any, out any) {
 	t.Helper()
 	cfg["chromium"] = chromiumPath
 	cfg["artifacts"] = filepath.Join(e2eDir(), "artifacts")
@@ -108,7 +111,7 @@ func browserSetup(t *testing.T, env map[string]string, name string, size int) (*
 
 // randomFile writes size random bytes under the test's temp dir and
 // returns the path and the hex SHA-256.
-func randomFile(t *testing.T, name string, size int) (string, string) {
+func randomFile(t testing.TB, name string, size int) (string, string) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), name)
 	f, err := os.Create(path)
@@ -125,7 +128,11 @@ func randomFile(t *testing.T, name string, size int) (string, string) {
 	return path, hex.EncodeToString(h.Sum(nil))
 }
 
+// s3Addr is the URL of the S3 server ferry uses.
 func s3Addr(f *Ferry) string {
+	if f.S3 != nil {
+		return f.S3.Endpoint
+	}
 	for _, kv := range f.Env {
 		if v, ok := strings.CutPrefix(kv, "FERRY_S3_EMBEDDED_ADDR="); ok {
 			return "http://" + v
@@ -138,7 +145,8 @@ func s3Addr(f *Ferry) string {
 // independent client.
 func objectSHA256(t *testing.T, f *Ferry, key string) string {
 	t.Helper()
-	obj, _, _, err := embeddedBucket(t, f).GetObject(context.Background(), "ferry", key, minio.GetObjectOptions{})
+	b := ferryBucket(t, f)
+	obj, _, _, err := b.GetObject(context.Background(), b.Name, key, minio.GetObjectOptions{})
 	if err != nil {
 		t.Fatalf("get %s: %v", key, err)
 	}
@@ -150,7 +158,8 @@ func objectSHA256(t *testing.T, f *Ferry, key string) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-// waitUpload polls the native API until the upload succeeds or fails.
+// waitUpload polls the native API until the upload fails, or succeeds and
+// ferry has hashed the stored bytes (its sha256 is then ferry's own).
 func waitUpload(t *testing.T, f *Ferry, tok, id string) uploadJSON {
 	t.Helper()
 	deadline := time.Now().Add(3 * time.Minute)
@@ -158,7 +167,8 @@ func waitUpload(t *testing.T, f *Ferry, tok, id string) uploadJSON {
 		var u uploadJSON
 		r := f.Do("GET", "/uploads/"+id, tok, nil)
 		r.JSON(t, &u)
-		if r.Status != 200 || u.State == "success" || u.State == "failed" {
+		hashed := u.State == "success" && u.SHA256Verified != nil && *u.SHA256Verified
+		if r.Status != 200 || hashed || u.State == "failed" {
 			if r.Status != 200 || u.State != "success" {
 				t.Fatalf("upload %s: %d %s", id, r.Status, r.Body)
 			}
@@ -228,7 +238,7 @@ func TestBrowserUploadThroughUI(t *testing.T) {
 	if res.Puts != 8 {
 		t.Fatalf("the UI sent %d part PUTs for 8 parts", res.Puts)
 	}
-	if !strings.HasPrefix(res.DownloadURL, "/download/fil_") || res.Download.SHA256 != sum || res.Download.Name != "holiday-video.bin" {
+	if !strings.HasPrefix(res.DownloadURL, f.URL+"/download/fil_") || res.Download.SHA256 != sum || res.Download.Name != "holiday-video.bin" {
 		t.Fatalf("files list link %q downloaded %+v", res.DownloadURL, res.Download)
 	}
 }
@@ -314,6 +324,62 @@ func TestBrowserUppy6Companion(t *testing.T) {
 	var res uppyResult
 	runBrowser(t, map[string]any{"scenario": "uppy6", "url": f.URL, "token": tok, "file": path}, &res)
 	uppyUpload(t, f, tok, sum, res)
+}
+
+// Issue 11, item 6, in a real browser: Uppy 6's same-origin GET
+// /s3/params still gets a POST policy and its small upload verifies,
+// while a link on another site that sends the signed-in browser to
+// /s3/params (Sec-Fetch-Site cross-site, with the Lax cookie) is refused
+// and opens no upload.
+func TestBrowserUppy6ParamsSameOriginOnly(t *testing.T) {
+	f, tok, path, sum := browserSetup(t, nil, "small.txt", 300<<10)
+	_, port, _ := strings.Cut(testenv.FreeAddr(t), ":")
+	var res struct {
+		Uppy      uppyResult `json:"uppy"`
+		CrossSite struct {
+			Status       int    `json:"status"`
+			Body         string `json:"body"`
+			SecFetchSite string `json:"secFetchSite"`
+			SentCookie   bool   `json:"sentCookie"`
+		} `json:"crossSite"`
+	}
+	runBrowser(t, map[string]any{"scenario": "uppy6-params", "url": f.URL, "token": tok, "file": path, "crossSite": "http://localhost:" + port}, &res)
+	if len(res.Uppy.Successful) != 1 || len(res.Uppy.Failed) != 0 || res.Uppy.Parts != 0 {
+		t.Fatalf("uppy = %+v; want one POST-policy upload", res.Uppy)
+	}
+	loc := res.Uppy.Successful[0].UploadURL
+	i := strings.Index(loc, "upl_")
+	if i < 0 {
+		t.Fatalf("uppy's uploadURL %q names no upload", loc)
+	}
+	// The upload verifies, and its file downloads as the file's bytes
+	// (read through the proxy, whatever key the blob lives under).
+	id := strings.TrimRight(loc[i:], "/")
+	u := waitUpload(t, f, tok, id)
+	var file struct {
+		DownloadURL string `json:"download_url"`
+	}
+	f.Do("GET", "/files/"+u.FileID, tok, nil).JSON(t, &file)
+	dl := f.Do("GET", strings.TrimPrefix(file.DownloadURL, f.URL), "", nil)
+	if got := sha256.Sum256(dl.Body); u.SHA256 != sum || dl.Status != 200 || hex.EncodeToString(got[:]) != sum {
+		t.Fatalf("upload %s verified as %s and downloads (%d) as other bytes; the file is %s", id, u.SHA256, dl.Status, sum)
+	}
+	if n := outboxEvents(t, f, "upload.completed", id); n != 1 {
+		t.Fatalf("upload.completed events for %s = %d, want 1", id, n)
+	}
+
+	cs := res.CrossSite
+	if cs.SecFetchSite != "cross-site" || !cs.SentCookie {
+		t.Fatalf("the navigation sent Sec-Fetch-Site %q, cookie %v; the test needs a cross-site request with the cookie", cs.SecFetchSite, cs.SentCookie)
+	}
+	if cs.Status != 403 || !strings.Contains(cs.Body, `"cross_origin"`) {
+		t.Fatalf("cross-site GET /s3/params = %d %s, want 403 cross_origin", cs.Status, cs.Body)
+	}
+	var planted int64
+	ferryDB(t, f).Model(&models.Upload{}).Where("file_name = ?", "planted.txt").Count(&planted)
+	if planted != 0 {
+		t.Fatalf("the cross-site request opened %d uploads", planted)
+	}
 }
 
 // Done-when 5: @uppy/aws-s3 5.1.0 in endpoint mode with an Authorization
@@ -459,4 +525,590 @@ func TestBrowserSDKBehaviours(t *testing.T) {
 		t.Fatalf("part 3: %d attempts, signed %d times; want it signed again after the 403", len(res.Attempts["3"]), signed3)
 	}
 	verified(t, f, tok, res.UploadID, sum)
+}
+
+// Issue 12: a part damaged on its way to S3 (one bit flipped in its PUT)
+// is refused by S3 itself, since the CRC32C signed into its URL does not
+// match, and the SDK reads the part again and sends it. Every PUT carried
+// the part's true CRC32C (checked against run.mjs's own CRC32C), and once
+// ferry has hashed the stored bytes, the upload's SHA-256 is the file's.
+func TestBrowserCorruptedPartResent(t *testing.T) {
+	f, tok, path, sum := browserSetup(t, nil, "fragile.bin", 40*mib+3)
+	var res struct {
+		UploadID string `json:"uploadId"`
+		Answers  map[string][]struct {
+			Status int    `json:"status"`
+			Code   string `json:"code"`
+			CRC32C string `json:"crc32c"`
+		} `json:"answers"`
+		Local map[string]string `json:"local"`
+	}
+	runBrowser(t, map[string]any{"scenario": "ui-corrupt", "url": f.URL, "token": tok, "file": path, "s3": s3Addr(f), "damage": 2}, &res)
+	t.Logf("S3's answers to the part PUTs: %+v", res.Answers)
+	a := res.Answers["2"]
+	if len(a) != 2 || a[0].Status != 400 || !slices.Contains([]string{"BadDigest", "XAmzContentChecksumMismatch", "InvalidDigest"}, a[0].Code) || a[1].Status != 200 {
+		t.Fatalf("the damaged part 2 got %+v; want S3 to refuse it (400 BadDigest) and the SDK to send it again", a)
+	}
+	if len(res.Local) != 6 {
+		t.Fatalf("the file has %d parts, want 6", len(res.Local))
+	}
+	for n, want := range res.Local {
+		got := res.Answers[n]
+		if len(got) == 0 || (n != "2" && len(got) != 1) {
+			t.Fatalf("part %s was sent %d times", n, len(got))
+		}
+		for _, g := range got {
+			if g.CRC32C != want {
+				t.Fatalf("part %s was sent with x-amz-checksum-crc32c %q, its CRC32C is %s", n, g.CRC32C, want)
+			}
+		}
+	}
+	verified(t, f, tok, res.UploadID, sum)
+}
+
+// Issue 12: against a store without checksums (ferry does not grant
+// checksum_algorithm CRC32C; the test takes it out of the SDK's request)
+// the SDK falls back to pinning each part's Content-MD5, as before, and
+// the upload verifies.
+func TestBrowserContentMD5Fallback(t *testing.T) {
+	f, tok, path, sum := browserSetup(t, nil, "plain.bin", 40*mib+3)
+	var res struct {
+		UploadID string `json:"uploadId"`
+		Presigns []struct {
+			PartNumbers []int             `json:"part_numbers"`
+			ContentMD5  map[string]string `json:"content_md5"`
+			CRC32C      map[string]string `json:"checksum_crc32c"`
+		} `json:"presigns"`
+		Puts []struct {
+			Part   int    `json:"part"`
+			MD5    string `json:"md5"`
+			CRC32C string `json:"crc32c"`
+		} `json:"puts"`
+		Local map[string]string `json:"local"`
+	}
+	runBrowser(t, map[string]any{"scenario": "ui-md5", "url": f.URL, "token": tok, "file": path, "s3": s3Addr(f)}, &res)
+	if len(res.Puts) != len(res.Local) || len(res.Local) != 6 {
+		t.Fatalf("%d PUTs for %d parts", len(res.Puts), len(res.Local))
+	}
+	for _, p := range res.Puts {
+		if want := res.Local[strconv.Itoa(p.Part)]; p.MD5 != want || p.CRC32C != "" {
+			t.Fatalf("part %d was sent with Content-MD5 %q and CRC32C %q; want its MD5 %s and no CRC32C", p.Part, p.MD5, p.CRC32C, want)
+		}
+	}
+	for _, ps := range res.Presigns {
+		if len(ps.CRC32C) != 0 || len(ps.ContentMD5) != len(ps.PartNumbers) {
+			t.Fatalf("presign %+v; want a content_md5 for every part", ps)
+		}
+	}
+	var up struct {
+		Checksum string `json:"checksum_algorithm"`
+	}
+	f.Do("GET", "/uploads/"+res.UploadID, tok, nil).JSON(t, &up)
+	if up.Checksum != "" {
+		t.Fatalf("the upload has checksum_algorithm %q; the test wanted one without", up.Checksum)
+	}
+	verified(t, f, tok, res.UploadID, sum)
+}
+
+// Issue 12: the SDK hashes while it sends, and declares the SHA-256 once
+// it is known. On a slow link, content the user already has becomes an
+// instant file (ferry aborts the running upload), and content someone else
+// holds becomes one after a proof (the SDK aborts the running upload); in
+// both, most parts are never sent.
+func TestBrowserDeclaredHashGivesFile(t *testing.T) {
+	f, tok, own, ownSum := browserSetup(t, nil, "mine.bin", 64*mib)
+	nativeUpload(t, f, tok, own, ownSum)
+	known, knownSum := randomFile(t, "theirs.bin", 64*mib)
+	_, bob := f.CreateUser("bob", false)
+	nativeUpload(t, f, bob, known, knownSum)
+
+	var res map[string]struct {
+		Instant  string   `json:"instant"`
+		UploadID string   `json:"uploadId"`
+		Puts     int      `json:"puts"`
+		Calls    []string `json:"calls"`
+	}
+	runBrowser(t, map[string]any{"scenario": "ui-declare", "url": f.URL, "token": tok, "s3": s3Addr(f),
+		"files": map[string]string{"own": own, "known": known}}, &res)
+	t.Logf("the page: %+v", res)
+	for _, name := range []string{"own", "known"} {
+		r := res[name]
+		if r.Instant != "true" || r.Puts >= 8 || len(r.Calls) == 0 {
+			t.Fatalf("%s: instant=%s after %d of 8 part PUTs, calls %v; want a file once the SHA-256 was declared", name, r.Instant, r.Puts, r.Calls)
+		}
+		running, ok := strings.CutSuffix(strings.TrimPrefix(r.Calls[0], "POST /uploads/"), "/sha256")
+		if !ok || running == r.UploadID {
+			t.Fatalf("%s: first call %q, want the declaration on the running upload", name, r.Calls[0])
+		}
+		if name == "known" && !slices.Contains(r.Calls, "DELETE /uploads/"+running) {
+			t.Fatalf("known: calls %v; after the proof the SDK must abort the running upload", r.Calls)
+		}
+		var st uploadJSON
+		f.Do("GET", "/uploads/"+running, tok, nil).JSON(t, &st)
+		if st.State != "aborted" {
+			t.Fatalf("%s: the running upload %s is %s, want aborted", name, running, st.State)
+		}
+		u := waitUpload(t, f, tok, r.UploadID)
+		if want := map[string]string{"own": ownSum, "known": knownSum}[name]; u.SHA256 != want {
+			t.Fatalf("%s: the instant file has sha256 %s, want %s", name, u.SHA256, want)
+		}
+	}
+	var files struct {
+		Files []struct{ SHA256 string } `json:"files"`
+	}
+	f.Do("GET", "/files", tok, nil).JSON(t, &files)
+	if len(files.Files) != 3 {
+		t.Fatalf("alice has %d files, want her first upload, its instant copy and the proved one", len(files.Files))
+	}
+}
+
+// BenchmarkBrowserUpload is issue 12's web UI measure: 256 MiB through the
+// UI in headless Chromium (hashing in the worker alongside CRC32C-checked
+// part PUTs, complete, S3's check of the whole file, success) against the
+// same 8 MiB parts PUT from the same page without hashing or checksums,
+// 4 at once either way. Each of b.N rounds runs both; it reports the
+// median ratio of their times (target ≥ 0.9) and where the UI's time goes:
+// its stages, and the CPU seconds each process spent. A second baseline
+// PUTs the parts with their CRC32Cs (computed beforehand) for S3 to check.
+// FERRY_BENCH_UPLINK (MiB/s) limits the page's upload rate, as a real link
+// would; by default the page sends as fast as the loopback goes.
+//
+//	go test -run '^$' -bench BrowserUpload -benchtime 3x ./e2e
+func BenchmarkBrowserUpload(b *testing.B) {
+	requireBrowser(b)
+	uplink := 0
+	if v := os.Getenv("FERRY_BENCH_UPLINK"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			b.Fatalf("FERRY_BENCH_UPLINK=%q: want a rate in MiB/s", v)
+		}
+		uplink = n
+	}
+	f := Start(b, Options{})
+	_, tok := f.CreateUser("alice", false)
+	const size = 256 * mib
+	raw, _ := randomFile(b, "raw.bin", size)
+	ui := make([]string, b.N)
+	for i := range ui {
+		ui[i], _ = randomFile(b, fmt.Sprintf("ui-%d.bin", i), size)
+	}
+	var res struct {
+		Runs []struct {
+			Raw       float64            `json:"raw"`
+			RawCRC    float64            `json:"rawCRC"`
+			UI        map[string]float64 `json:"ui"`
+			RawCPU    map[string]float64 `json:"rawCPU"`
+			RawCRCCPU map[string]float64 `json:"rawCRCCPU"`
+			UICPU     map[string]float64 `json:"uiCPU"`
+		} `json:"runs"`
+	}
+	b.ResetTimer()
+	runBrowser(b, map[string]any{"scenario": "bench", "url": f.URL, "token": tok, "s3": s3Addr(f), "raw": raw, "ui": ui,
+		"ferryPid": f.cmd.Process.Pid, "uplink": uplink}, &res)
+	b.StopTimer()
+	median := func(f func(i int) float64) float64 {
+		v := make([]float64, len(res.Runs))
+		for i := range v {
+			v[i] = f(i)
+		}
+		slices.Sort(v)
+		return v[len(v)/2]
+	}
+	mibps := func(ms float64) float64 { return size / mib / (ms / 1000) }
+	// One line per round: go test keeps only the first lines of a
+	// benchmark's log.
+	for i, r := range res.Runs {
+		b.Logf("round %d: bare PUTs %.0f ms (%.0f MiB/s), with CRC32Cs %.0f ms (%.0f MiB/s), UI %.0f ms (%.0f MiB/s), ratio %.2f (%.2f to the CRC32C PUTs); "+
+			"UI stages (ms from choosing the file): ferry answered POST /uploads %.0f, first PUT %.0f, SHA-256 declared %.0f, last PUT done %.0f, "+
+			"complete sent %.0f, answered %.0f, success %.0f; %.0f PUTs, %.0f presigns. CPU seconds: bare PUTs %v; with CRC32Cs %v; UI %v",
+			i+1, r.Raw, mibps(r.Raw), r.RawCRC, mibps(r.RawCRC), r.UI["total"], mibps(r.UI["total"]), r.Raw/r.UI["total"], r.RawCRC/r.UI["total"],
+			r.UI["init"], r.UI["firstPut"], r.UI["declared"], r.UI["lastPut"], r.UI["completeSent"], r.UI["completed"], r.UI["total"], r.UI["puts"], r.UI["presigns"],
+			r.RawCPU, r.RawCRCCPU, r.UICPU)
+	}
+	b.ReportMetric(median(func(i int) float64 { return res.Runs[i].Raw / res.Runs[i].UI["total"] }), "ui/bare")
+	b.ReportMetric(median(func(i int) float64 { return res.Runs[i].RawCRC / res.Runs[i].UI["total"] }), "ui/bare-crc32c")
+	b.ReportMetric(median(func(i int) float64 { return mibps(res.Runs[i].UI["total"]) }), "ui-MiB/s")
+	b.ReportMetric(median(func(i int) float64 { return mibps(res.Runs[i].Raw) }), "bare-MiB/s")
+	b.ReportMetric(median(func(i int) float64 { return res.Runs[i].UI["total"] - res.Runs[i].UI["lastPut"] }), "ms-after-last-put")
+	b.ReportMetric(0, "ns/op")
+}
+
+// Issue 17, item 1: ferry's JS SDK runs on a host app's page of another
+// origin (the page on http://localhost:P1, ferry on http://127.0.0.1:P2,
+// listed in FERRY_CORS_ORIGINS). The page imports the SDK from ferry, the
+// SDK starts its hashing worker from a Blob URL of the page's origin
+// (browsers refuse a worker script from another origin), uploads a file
+// over several parts with a bearer token and downloads it back through
+// ferry's proxy, and uploads another with an upload ticket, which opens
+// nothing else. A request with credentials (cookies) is never granted.
+func TestBrowserSDKCrossOrigin(t *testing.T) {
+	requireBrowser(t)
+	_, port, _ := strings.Cut(testenvFree(t), ":")
+	origin := "http://localhost:" + port
+	f := Start(t, Options{Env: map[string]string{"FERRY_CORS_ORIGINS": origin, "FERRY_JOB_POLL": "50ms"}})
+	aliceID, tok := f.CreateUser("alice", false)
+	key := f.serviceKey("tickets:create")
+	tokFile, tokSum := randomFile(t, "by-token.bin", 20*mib+333)
+	tkFile, tkSum := randomFile(t, "by-ticket.bin", 9*mib+1)
+	tk := f.ticket(key, map[string]any{"user_id": aliceID, "max_size": 10 * mib})
+	type run struct {
+		States []string `json:"states"`
+		Result struct {
+			State    string `json:"state"`
+			UploadID string `json:"upload_id"`
+			FileID   string `json:"file_id"`
+		} `json:"result"`
+		SHA256    string `json:"sha256"`
+		CRC32C    string `json:"crc32c"`
+		WorkerURL string `json:"workerURL"`
+		Me        string `json:"me"`
+		CookieMe  string `json:"cookieMe"`
+		Download  struct {
+			Status int    `json:"status"`
+			Bytes  int64  `json:"bytes"`
+			ETag   string `json:"etag"`
+			SHA256 string `json:"sha256"`
+		} `json:"download"`
+	}
+	var res struct {
+		Token      run    `json:"token"`
+		Ticket     run    `json:"ticket"`
+		PageOrigin string `json:"pageOrigin"`
+		Assets     []struct {
+			URL    string `json:"url"`
+			Origin string `json:"origin"`
+		} `json:"assets"`
+	}
+	runBrowser(t, map[string]any{"scenario": "sdk-cross-origin", "url": f.URL, "origin": origin, "token": tok, "ticket": tk,
+		"files": map[string]string{"token": tokFile, "ticket": tkFile}}, &res)
+	if res.PageOrigin != origin || strings.HasPrefix(f.URL, origin) {
+		t.Fatalf("the page ran on %s, ferry on %s: not two origins", res.PageOrigin, f.URL)
+	}
+	// The SDK and its worker came from ferry as CORS requests of the page.
+	fetched := map[string]string{}
+	for _, a := range res.Assets {
+		fetched[a.URL] = a.Origin
+	}
+	for _, p := range []string{"/assets/ferry.js", "/assets/hash-worker.js"} {
+		if fetched[p] != origin {
+			t.Fatalf("%s fetched with Origin %q, want %s (assets: %+v)", p, fetched[p], origin, res.Assets)
+		}
+	}
+	for name, r := range map[string]run{"token": res.Token, "ticket": res.Ticket} {
+		if !strings.HasPrefix(r.WorkerURL, "blob:"+origin+"/") || r.CRC32C == "" || r.SHA256 == "" {
+			t.Fatalf("%s: worker %q, crc32c %q, sha256 %q: the hashing worker did not run from the page's origin", name, r.WorkerURL, r.CRC32C, r.SHA256)
+		}
+		if r.Result.State != "success" || !slices.Contains(r.States, "uploading") {
+			t.Fatalf("%s: the upload ended %+v after %v", name, r.Result, r.States)
+		}
+	}
+	up := f.waitVerified(tok, res.Token.Result.UploadID)
+	if up.SHA256 != tokSum || res.Token.SHA256 != tokSum {
+		t.Fatalf("the token's upload verified as %s (page hashed %s); the file is %s", up.SHA256, res.Token.SHA256, tokSum)
+	}
+	if d := res.Token.Download; d.Status != 200 || d.Bytes != 20*mib+333 || d.SHA256 != tokSum || d.ETag == "" {
+		t.Fatalf("the page's download: %+v, want the file's %s with a readable ETag", d, tokSum)
+	}
+	if res.Token.CookieMe != "blocked" {
+		t.Fatalf("GET /me with credentials from the page = %s, want it blocked (no Access-Control-Allow-Credentials)", res.Token.CookieMe)
+	}
+	tu := f.waitVerified(tok, res.Ticket.Result.UploadID)
+	if tu.SHA256 != tkSum || res.Ticket.Me != "403 ticket_not_allowed" {
+		t.Fatalf("the ticket's upload verified as %s (file %s); me() with the ticket: %q", tu.SHA256, tkSum, res.Ticket.Me)
+	}
+}
+
+// Issue 20, item 1: with the server refusing connections mid-upload, the
+// card says "Connection lost — retrying in N s" (not 0 B/s), then, once
+// the SDK's retry budget is spent, "Upload stopped: connection lost" with
+// Retry and Dismiss. With the server back, Retry resumes in the same card
+// and the same upload, sending only the parts S3 lacked.
+func TestBrowserConnectionLost(t *testing.T) {
+	f, tok, path, sum := browserSetup(t, nil, "holiday.mp4", 96*mib)
+	var res struct {
+		Lost           string   `json:"lost"`
+		StateWhileLost string   `json:"stateWhileLost"`
+		Stopped        string   `json:"stopped"`
+		Buttons        []string `json:"buttons"`
+		FirstRun       string   `json:"firstRun"`
+		UploadID       string   `json:"uploadId"`
+		Cards          int      `json:"cards"`
+		PartCount      int      `json:"partCount"`
+		ListedBefore   int      `json:"listedBefore"`
+		PutsAfterRetry []int    `json:"putsAfterRetry"`
+	}
+	runBrowser(t, map[string]any{"scenario": "ui-connection-lost", "url": f.URL, "token": tok, "file": path, "s3": s3Addr(f)}, &res)
+	t.Logf("while lost: %q (%s); then %q with %v; S3 held %d of %d parts; Retry sent parts %v",
+		res.Lost, res.StateWhileLost, res.Stopped, res.Buttons, res.ListedBefore, res.PartCount, res.PutsAfterRetry)
+	if !strings.HasPrefix(res.Lost, "Connection lost — retrying in ") {
+		t.Fatalf("while the server is down the card says %q", res.Lost)
+	}
+	if res.Stopped != "Upload stopped: connection lost." || !slices.Equal(res.Buttons, []string{"Retry", "Dismiss"}) {
+		t.Fatalf("after the retries the card says %q with buttons %v, want the connection named and Retry, Dismiss", res.Stopped, res.Buttons)
+	}
+	if res.UploadID != res.FirstRun || res.Cards != 1 {
+		t.Fatalf("Retry made upload %s in %d cards; want %s resumed in place", res.UploadID, res.Cards, res.FirstRun)
+	}
+	// The outage struck mid-transfer: S3 held some parts, not all, and
+	// Retry sent the rest (a part cut mid-PUT may go again), no more.
+	if res.ListedBefore < 2 || res.ListedBefore >= res.PartCount || len(res.PutsAfterRetry) == 0 ||
+		len(res.PutsAfterRetry) > res.PartCount-res.ListedBefore+1 {
+		t.Fatalf("Retry sent %v with %d of %d parts in S3: not a resume", res.PutsAfterRetry, res.ListedBefore, res.PartCount)
+	}
+	verified(t, f, tok, res.UploadID, sum)
+}
+
+// Issue 20, items 1 and 2: a file dropped on the page outside the drop
+// zone uploads and the page stays; Cancel asks first (Keep uploading
+// keeps it); a reload and a sign-out while the upload runs ask first, and
+// declining keeps the upload and the session; Stop upload cancels, and the
+// card offers Retry and Dismiss; Dismiss leaves focus on a control.
+func TestBrowserUploadGuards(t *testing.T) {
+	requireBrowser(t)
+	f := Start(t, Options{})
+	_, tok := f.CreateUser("alice", false)
+	var res struct {
+		Stayed           bool   `json:"stayed"`
+		ConfirmShown     bool   `json:"confirmShown"`
+		FocusAfterCancel string `json:"focusAfterCancel"`
+		AfterKeep        string `json:"afterKeep"`
+		AfterReload      struct {
+			State string `json:"state"`
+			Cards int    `json:"cards"`
+		} `json:"afterReload"`
+		AfterSignOut struct {
+			SignedIn bool   `json:"signedIn"`
+			State    string `json:"state"`
+		} `json:"afterSignOut"`
+		Cancelled    []string `json:"cancelled"`
+		AfterDismiss struct {
+			Cards int    `json:"cards"`
+			Focus string `json:"focus"`
+		} `json:"afterDismiss"`
+		Dialogs []struct {
+			Type    string `json:"type"`
+			Message string `json:"message"`
+		} `json:"dialogs"`
+	}
+	runBrowser(t, map[string]any{"scenario": "ui-guards", "url": f.URL, "token": tok}, &res)
+	t.Logf("%+v", res)
+	if !res.Stayed {
+		t.Fatal("a drop outside the drop zone left the page")
+	}
+	if !res.ConfirmShown || res.FocusAfterCancel != "Stop upload" || res.AfterKeep != "uploading" {
+		t.Fatalf("Cancel: asked %v (focus on %q), after Keep uploading %q", res.ConfirmShown, res.FocusAfterCancel, res.AfterKeep)
+	}
+	if len(res.Dialogs) != 2 || res.Dialogs[0].Type != "beforeunload" || res.Dialogs[1].Type != "confirm" ||
+		!strings.Contains(res.Dialogs[1].Message, "still running") {
+		t.Fatalf("dialogs %+v, want the reload's beforeunload and the sign-out's question", res.Dialogs)
+	}
+	if res.AfterReload.State != "uploading" || res.AfterReload.Cards != 1 || !res.AfterSignOut.SignedIn || res.AfterSignOut.State != "uploading" {
+		t.Fatalf("after declining the reload %+v and the sign-out %+v, want the upload running", res.AfterReload, res.AfterSignOut)
+	}
+	if !slices.Equal(res.Cancelled, []string{"Retry", "Dismiss"}) || res.AfterDismiss.Cards != 0 || res.AfterDismiss.Focus != "choose" {
+		t.Fatalf("a cancelled card offers %v; after Dismiss %+v", res.Cancelled, res.AfterDismiss)
+	}
+}
+
+// Issue 20, items 5 and 7: paused past a third, the bar keeps what S3
+// holds, and from Resume until the next part lands it never drops below
+// that (it used to fall to 0 % and climb again); after a reload the page says
+// "Resume NAME — X already uploaded; choose the file to continue" from
+// what it remembered in IndexedDB; choosing the file resumes the same
+// upload, and once done nothing is remembered.
+func TestBrowserPauseAndRememberedResume(t *testing.T) {
+	const size = 64 * mib
+	f, tok, path, sum := browserSetup(t, nil, "holiday.mp4", size)
+	var res struct {
+		Paused struct {
+			Parts    int    `json:"parts"`
+			ValueNow int    `json:"valueNow"`
+			Text     string `json:"text"`
+		} `json:"paused"`
+		Resumed struct {
+			ValueNow int `json:"valueNow"`
+		} `json:"resumed"`
+		Note struct {
+			Text string `json:"text"`
+			ID   string `json:"id"`
+		} `json:"note"`
+		NotesAfterChoosing int    `json:"notesAfterChoosing"`
+		UploadID           string `json:"uploadId"`
+		ResumedID          string `json:"resumedId"`
+		NotesAfterDone     int    `json:"notesAfterDone"`
+	}
+	runBrowser(t, map[string]any{"scenario": "ui-remembered", "url": f.URL, "token": tok, "file": path, "size": size}, &res)
+	t.Logf("%+v", res)
+	held := 100 * res.Paused.Parts * 8 * mib / size
+	if res.Paused.ValueNow < held || res.Paused.ValueNow < 30 || res.Resumed.ValueNow < held {
+		t.Fatalf("paused with %d parts (%d%%) in S3, the bar says %d%%, and as low as %d%% after Resume", res.Paused.Parts, held, res.Paused.ValueNow, res.Resumed.ValueNow)
+	}
+	if !strings.Contains(res.Paused.Text, "paused") {
+		t.Fatalf("the paused card says %q", res.Paused.Text)
+	}
+	if !strings.HasPrefix(res.Note.Text, "Resume holiday.mp4 — ") || !strings.Contains(res.Note.Text, "already uploaded; choose the file to continue") || res.Note.ID != res.UploadID {
+		t.Fatalf("after the reload the page says %q (for %s, the upload was %s)", res.Note.Text, res.Note.ID, res.UploadID)
+	}
+	if res.NotesAfterChoosing != 0 || res.ResumedID != res.UploadID || res.NotesAfterDone != 0 {
+		t.Fatalf("choosing the file left %d notes and made upload %s (want %s); %d notes once done", res.NotesAfterChoosing, res.ResumedID, res.UploadID, res.NotesAfterDone)
+	}
+	verified(t, f, tok, res.UploadID, sum)
+}
+
+// Issue 20, items 8 and 9: with FERRY_MAX_UPLOAD_SIZE at 20 MiB a 30 MiB
+// file is refused in MiB before it is read or ferry is asked, and so is an
+// empty file; when the session ends (the account is deactivated) the next
+// action brings back the sign-in form, and the header no longer names the
+// user.
+func TestBrowserLimitsAndEndedSession(t *testing.T) {
+	requireBrowser(t)
+	f := Start(t, Options{Env: map[string]string{"FERRY_MAX_UPLOAD_SIZE": "20MiB"}})
+	if f.Token == "" {
+		t.Skip("ferry printed no admin token")
+	}
+	id, tok := f.CreateUser("alice", false)
+	path, _ := randomFile(t, "holiday.mp4", 30*mib)
+	var res struct {
+		Cards []struct {
+			Name  string `json:"name"`
+			State string `json:"state"`
+			Text  string `json:"text"`
+		} `json:"cards"`
+		Status string   `json:"status"`
+		Calls  []string `json:"calls"`
+		Ended  struct {
+			Who     bool   `json:"who"`
+			App     bool   `json:"app"`
+			Message string `json:"message"`
+			Focus   string `json:"focus"`
+		} `json:"ended"`
+	}
+	runBrowser(t, map[string]any{"scenario": "ui-limits", "url": f.URL, "token": tok, "file": path, "admin": f.Token, "userId": id}, &res)
+	t.Logf("%+v", res)
+	want := map[string]string{
+		"holiday.mp4": "holiday.mp4 is 30 MiB; the largest file ferry accepts is 20 MiB.",
+		"empty.txt":   "empty.txt is empty; ferry does not store empty files.",
+	}
+	if len(res.Cards) != 2 {
+		t.Fatalf("cards %+v", res.Cards)
+	}
+	for _, c := range res.Cards {
+		if c.State != "refused" || c.Text != want[c.Name] {
+			t.Fatalf("card %+v, want %q", c, want[c.Name])
+		}
+	}
+	if len(res.Calls) != 0 {
+		t.Fatalf("refused files still called ferry: %v", res.Calls)
+	}
+	if res.Ended.Who || res.Ended.App || !strings.Contains(res.Ended.Message, "session ended") || res.Ended.Focus != "token" {
+		t.Fatalf("after the session ended: %+v", res.Ended)
+	}
+}
+
+// Issue 20, item 6: ferry refusing connections when the upload is opened
+// and at complete: both are retried with a visible countdown, and the
+// upload ends done (it used to fail at once with a red 100 %).
+func TestBrowserOpenAndCompleteRetried(t *testing.T) {
+	f, tok, path, sum := browserSetup(t, nil, "notes.bin", 20*mib)
+	var res struct {
+		Refused  struct{ Open, Complete int } `json:"refused"`
+		Notes    []string                     `json:"notes"`
+		UploadID string                       `json:"uploadId"`
+		Error    bool                         `json:"error"`
+	}
+	runBrowser(t, map[string]any{"scenario": "ui-complete-retry", "url": f.URL, "token": tok, "file": path}, &res)
+	t.Logf("%+v", res)
+	if res.Refused.Open != 2 || res.Refused.Complete != 2 || res.Error {
+		t.Fatalf("refused %+v, error shown %v", res.Refused, res.Error)
+	}
+	if len(res.Notes) == 0 || !strings.HasPrefix(res.Notes[0], "Connection lost — retrying in ") {
+		t.Fatalf("notes while retrying: %q", res.Notes)
+	}
+	verified(t, f, tok, res.UploadID, sum)
+}
+
+// Issue 20, items 10 and 11: Copy link puts the file's download link on
+// the clipboard and Delete removes the file (from ferry too); the export
+// form picks a conversation by its title, and the export's row shows the
+// title and a capitalised state.
+func TestBrowserFilesAndExportsActions(t *testing.T) {
+	requireBrowser(t)
+	f := Start(t, Options{Env: map[string]string{"FERRY_JOB_POLL": "50ms"}})
+	_, tok := f.CreateUser("alice", false)
+	ac := client.New(f.URL, tok)
+	dir := t.TempDir()
+	for _, name := range []string{"a.txt", "b.txt"} {
+		p, _ := writeRandomFile(t, dir, name, 1234)
+		if _, err := ac.UploadFile(context.Background(), p, client.UploadOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var conv struct{ ID string }
+	f.Do("POST", "/conversations", tok, map[string]any{"title": "team"}).JSON(t, &conv)
+	f.Do("POST", "/conversations", tok, map[string]any{"title": "family"})
+	f.Do("POST", "/conversations/"+conv.ID+"/messages", tok, map[string]any{"body": "hi"})
+	var res struct {
+		Before      int      `json:"before"`
+		Copied      string   `json:"copied"`
+		FirstLink   string   `json:"firstLink"`
+		DeletedName string   `json:"deletedName"`
+		Listed      []string `json:"listed"`
+		Options     []string `json:"options"`
+		Export      string   `json:"export"`
+	}
+	runBrowser(t, map[string]any{"scenario": "ui-files-exports", "url": f.URL, "token": tok}, &res)
+	t.Logf("%+v", res)
+	if res.Before != 2 || res.Copied == "" || res.Copied != res.FirstLink || !strings.Contains(res.Copied, "/download/fil_") {
+		t.Fatalf("copied %q for link %q (of %d files)", res.Copied, res.FirstLink, res.Before)
+	}
+	if len(res.Listed) != 1 || res.Listed[0] == res.DeletedName {
+		t.Fatalf("after deleting %s ferry lists %v", res.DeletedName, res.Listed)
+	}
+	if !slices.Contains(res.Options, "team") || !slices.Contains(res.Options, "family") {
+		t.Fatalf("the conversation picker offers %q", res.Options)
+	}
+	if !strings.Contains(res.Export, "Conversation “team”") || !strings.Contains(res.Export, "Done") || !strings.Contains(res.Export, "1 message ") {
+		t.Fatalf("the export row reads %q", res.Export)
+	}
+}
+
+// Issue 20, items 10 and 16: two files chosen together show one overall
+// line ("Uploading 2 files: … of 24 MiB") that counts bytes as they go
+// and disappears once both are done; a re-upload of the same bytes (an
+// instant file) and its original each say that another file holds the
+// same content, while a file with other bytes says nothing.
+func TestBrowserSeveralFilesAndReuploads(t *testing.T) {
+	requireBrowser(t)
+	f := Start(t, Options{Env: map[string]string{"FERRY_JOB_POLL": "50ms"}})
+	_, tok := f.CreateUser("alice", false)
+	a, _ := randomFile(t, "alpha.bin", 12*mib)
+	b, _ := randomFile(t, "beta.bin", 12*mib)
+	var res struct {
+		Overall      string   `json:"overall"`
+		OverallLater string   `json:"overallLater"`
+		OverallAfter bool     `json:"overallAfter"`
+		Rows         []string `json:"rows"`
+	}
+	runBrowser(t, map[string]any{"scenario": "ui-several", "url": f.URL, "token": tok, "files": []string{a, b}, "s3": s3Addr(f)}, &res)
+	t.Logf("%+v", res)
+	line := regexp.MustCompile(`^Uploading 2 files: [0-9.]+ (B|KiB|MiB) of 24 MiB$`)
+	if !line.MatchString(res.Overall) || !line.MatchString(res.OverallLater) || strings.Contains(res.OverallLater, ": 0 B of") {
+		t.Fatalf("the overall line read %q, then %q", res.Overall, res.OverallLater)
+	}
+	if res.OverallAfter {
+		t.Fatal("the overall line stayed after both uploads were done")
+	}
+	noted := 0
+	for _, r := range res.Rows {
+		switch {
+		case strings.HasPrefix(r, "alpha.bin") && strings.Contains(r, "same content as 1 other file"):
+			noted++
+		case strings.HasPrefix(r, "beta.bin") && !strings.Contains(r, "same content"):
+		default:
+			t.Fatalf("files list row %q", r)
+		}
+	}
+	if noted != 2 || len(res.Rows) != 3 {
+		t.Fatalf("files list %q: want both copies of alpha.bin marked, beta.bin not", res.Rows)
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,11 +18,15 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ferry-io/ferry/internal/testenv"
 )
 
 // throttle is a TCP proxy to target that moves at most rate bytes per
 // second in each direction per connection: it makes an upload or download
-// last long enough to be interrupted at a chosen point.
+// last long enough to be interrupted at a chosen point. When the test ends
+// it closes every connection still open: a server that keeps connections
+// alive (a standalone VersityGW) never ends its side of one.
 func throttle(t *testing.T, target string, rate int) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -29,7 +34,30 @@ func throttle(t *testing.T, target string, rate int) string {
 		t.Fatal(err)
 	}
 	var wg sync.WaitGroup
-	t.Cleanup(func() { l.Close(); wg.Wait() })
+	var mu sync.Mutex
+	open, ended := map[net.Conn]bool{}, false
+	track := func(c net.Conn, on bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case on && ended:
+			c.Close()
+		case on:
+			open[c] = true
+		default:
+			delete(open, c)
+		}
+	}
+	t.Cleanup(func() {
+		l.Close()
+		mu.Lock()
+		ended = true
+		for c := range open {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
 	go func() {
 		for {
 			c, err := l.Accept()
@@ -37,14 +65,16 @@ func throttle(t *testing.T, target string, rate int) string {
 				return
 			}
 			wg.Add(1)
+			track(c, true)
 			go func() {
 				defer wg.Done()
-				defer c.Close()
+				defer func() { track(c, false); c.Close() }()
 				u, err := net.Dial("tcp", target)
 				if err != nil {
 					return
 				}
-				defer u.Close()
+				track(u, true)
+				defer func() { track(u, false); u.Close() }()
 				done := make(chan struct{}, 2)
 				pipe := func(dst, src net.Conn) {
 					slowCopy(dst, src, rate)
@@ -121,11 +151,7 @@ func last(recs []map[string]any, event string) map[string]any {
 // runs again: it sends exactly the parts S3 does not hold with the right
 // bytes, and the file verifies.
 func TestCLIUploadKilledThenResumed(t *testing.T) {
-	s3Addr := testenvFree(t)
-	proxy := throttle(t, s3Addr, 24<<20) // 24 MiB/s per connection
-	f := Start(t, Options{Env: map[string]string{
-		"FERRY_S3_EMBEDDED_ADDR": s3Addr, "FERRY_S3_PUBLIC_ENDPOINT": "http://" + proxy, "FERRY_PART_SIZE": "5MiB",
-	}})
+	f := Start(t, throttledS3(t, 16<<20, map[string]string{"FERRY_PART_SIZE": "5MiB"})) // 16 MiB/s per connection
 	_, tok := f.CreateUser("carol", false)
 	dir := t.TempDir()
 	path, sum := writeRandomFile(t, dir, "dataset.bin", 60<<20+321) // 13 parts
@@ -141,7 +167,11 @@ func TestCLIUploadKilledThenResumed(t *testing.T) {
 	for sc.Scan() {
 		var m map[string]any
 		json.Unmarshal(sc.Bytes(), &m)
-		if m["phase"] == "upload" && m["done"].(float64) >= 20<<20 {
+		// The rerun finds the upload by its SHA-256, which the client
+		// declares once its read has hashed the file: kill after that (on
+		// a loaded machine the hash can trail the first 20 MiB sent).
+		if m["phase"] == "upload" && m["done"].(float64) >= 20<<20 &&
+			f.Do("GET", fmt.Sprintf("/uploads?sha256=%s&size=%d", sum, len(data)), tok, nil).Status == 200 {
 			first.Process.Signal(syscall.SIGKILL)
 			killed = true
 			break
@@ -208,6 +238,28 @@ func TestCLIUploadKilledThenResumed(t *testing.T) {
 	}
 }
 
+// throttledS3 returns Options for a ferry whose presigned URLs lead through
+// a throttle to its S3: the embedded server on a chosen port, or the
+// tests' external S3 when FERRY_TEST_S3_ENDPOINT names one. env is added
+// to (and returned in) the Options.
+func throttledS3(t *testing.T, rate int, env map[string]string) Options {
+	t.Helper()
+	o := Options{Env: env}
+	target := testenvFree(t)
+	if os.Getenv("FERRY_TEST_S3_ENDPOINT") != "" {
+		srv := testenv.S3(t)
+		u, err := url.Parse(srv.Endpoint)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.S3, target = &srv, u.Host
+	} else {
+		env["FERRY_S3_EMBEDDED_ADDR"] = target
+	}
+	env["FERRY_S3_PUBLIC_ENDPOINT"] = "http://" + throttle(t, target, rate)
+	return o
+}
+
 func testenvFree(t *testing.T) string {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -230,7 +282,12 @@ func TestCLIDownloadInterruptedThenResumed(t *testing.T) {
 	if err != nil {
 		t.Fatalf("upload: %v %s", err, out)
 	}
-	fileID := last(jsonLines(t, out), "done")["file_id"].(string)
+	rec := last(jsonLines(t, out), "done")
+	fileID := rec["file_id"].(string)
+	// Until ferry has hashed the file its downloads carry S3's ETag, and
+	// after that the SHA-256: a download cut before and resumed after would
+	// rightly start over. Wait, so both halves see the same validator.
+	f.waitVerified(tok, rec["upload_id"].(string))
 	var file struct {
 		DownloadURL string `json:"download_url"`
 	}
@@ -316,9 +373,7 @@ func TestCLIProgressOutput(t *testing.T) {
 	if _, err := exec.LookPath("script"); err != nil {
 		t.Skip("script(1) is needed to give the command a terminal")
 	}
-	s3Addr := testenvFree(t)
-	proxy := throttle(t, s3Addr, 16<<20)
-	f := Start(t, Options{Env: map[string]string{"FERRY_S3_EMBEDDED_ADDR": s3Addr, "FERRY_S3_PUBLIC_ENDPOINT": "http://" + proxy}})
+	f := Start(t, throttledS3(t, 16<<20, map[string]string{}))
 	_, tok := f.CreateUser("frank", false)
 	dir := t.TempDir()
 
@@ -394,4 +449,43 @@ func stderrOf(err error) string {
 		return string(ee.Stderr)
 	}
 	return ""
+}
+
+// `ferry upload --no-instant` hashes nothing on the client: content ferry
+// holds already is sent again in full instead of being recognised, the
+// complete declares no SHA-256, and the file's SHA-256 is the one ferry
+// computes from the stored bytes.
+func TestCLIUploadNoInstant(t *testing.T) {
+	f := Start(t, Options{})
+	_, tok := f.CreateUser("dora", false)
+	dir := t.TempDir()
+	path, sum := writeRandomFile(t, dir, "footage.bin", 16<<20+7) // 3 parts of 8 MiB
+	done := func(out []byte, err error) map[string]any {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("ferry upload: %v\n%s", err, out)
+		}
+		return last(jsonLines(t, out), "done")
+	}
+	first := done(cli(t, f, f.URL, tok, "upload", "--json", path).Output())
+	f.waitVerified(tok, first["upload_id"].(string))
+
+	// With the hash, the same bytes are an instant upload; without it they
+	// are a plain transfer of every part.
+	again := done(cli(t, f, f.URL, tok, "upload", "--json", "--no-instant", path).Output())
+	if again["instant"] != false || again["parts_sent"] != float64(3) || again["sha256"] != "" {
+		t.Fatalf("--no-instant upload of held content: %v, want 3 parts sent and no client sha256", again)
+	}
+	var st uploadJSON
+	f.Do("GET", "/uploads/"+again["upload_id"].(string), tok, nil).JSON(t, &st)
+	if st.SHA256Verified == nil || !*st.SHA256Verified {
+		st = f.waitVerified(tok, again["upload_id"].(string))
+	}
+	if st.SHA256 != sum {
+		t.Fatalf("the file's sha256 is %q, want ferry's own %s", st.SHA256, sum)
+	}
+	out, err := cli(t, f, f.URL, tok, "upload", "--no-instant", path).Output()
+	if err != nil || !strings.Contains(string(out), "sha256 computed by ferry") {
+		t.Fatalf("plain output of --no-instant: %v\n%s", err, out)
+	}
 }

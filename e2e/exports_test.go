@@ -45,11 +45,12 @@ func ferryDB(t *testing.T, f *Ferry) *gorm.DB {
 	return db
 }
 
-// ferryObject reads an object from ferry's embedded S3 with an
-// independent client.
+// ferryObject reads an object from ferry's bucket with an independent
+// client.
 func ferryObject(t *testing.T, f *Ferry, key string) []byte {
 	t.Helper()
-	o, err := embeddedBucket(t, f).Client.GetObject(context.Background(), "ferry", key, minio.GetObjectOptions{})
+	b := ferryBucket(t, f)
+	o, err := b.Client.GetObject(context.Background(), b.Name, key, minio.GetObjectOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -285,6 +286,10 @@ func TestExportBadInput(t *testing.T) {
 			{"malformed JSON", "k", "", `{"scope":`, 400, "invalid_json"},
 			{"not an object", "k", "", `["all"]`, 400, "invalid_json"},
 			{"unknown field", "k", "", `{"scope":"all","format":"csv"}`, 400, "invalid_json"},
+			{"field name in another case", "k", "", `{"SCOPE":"all"}`, 400, "invalid_json"},
+			{"field given twice", "k", "", `{"scope":"conv:zzz","scope":"all"}`, 400, "invalid_json"},
+			{"lone surrogate", "k", "", `{"scope":"all\ud800"}`, 400, "invalid_json"},
+			{"invalid UTF-8", "k", "", "{\"scope\":\"all\xff\"}", 400, "invalid_json"},
 			{"scope with fields", "k", "", `{"scope":{"conv":"x","extra":1}}`, 400, "invalid_json"},
 			{"unknown scope", "k", "", `{"scope":"users"}`, 400, "invalid_scope"},
 			{"empty scope", "k", "", `{}`, 400, "invalid_scope"},
@@ -292,9 +297,14 @@ func TestExportBadInput(t *testing.T) {
 			{"key too long", strings.Repeat("k", 256), "", `{"scope":"all"}`, 400, "idempotency_key_too_long"},
 			{"quoted key too long", `"` + strings.Repeat("k", 256) + `"`, "", `{"scope":"all"}`, 400, "idempotency_key_too_long"},
 			{"malformed key", `"open`, "", `{"scope":"all"}`, 400, "invalid_idempotency_key"},
+			{"a list as key", "a,b", "", `{"scope":"all"}`, 400, "invalid_idempotency_key"},
+			{"an integer as key", "123", "", `{"scope":"all"}`, 400, "invalid_idempotency_key"},
+			{"a byte sequence as key", ":YWJj:", "", `{"scope":"all"}`, 400, "invalid_idempotency_key"},
+			{"a bare UUID as key", "8e03978e-40d5-43e8-bc93-6894a57f9324", "", `{"scope":"all"}`, 400, "invalid_idempotency_key"},
+			{"the empty string as key", `""`, "", `{"scope":"all"}`, 400, "invalid_idempotency_key"},
 			{"oversize body", "k", "", `{"scope":"all"}` + strings.Repeat(" ", 8<<10), 413, "body_too_large"},
 			{"huge body", "k", "", `{"scope":"all"}` + strings.Repeat(" ", 2<<20), 413, "body_too_large"},
-			{"form body", "k", "application/x-www-form-urlencoded", `scope=all`, 400, "unsupported_media_type"},
+			{"form body", "k", "application/x-www-form-urlencoded", `scope=all`, 415, "unsupported_media_type"},
 			{"someone else's conversation", "k", "", `{"scope":"conv:` + bobs.ID + `"}`, 404, "conversation_not_found"},
 			{"no such conversation", "k", "", `{"scope":"conv:cnv_nope"}`, 404, "conversation_not_found"},
 		} {

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ferry-io/ferry/client"
 )
@@ -42,7 +43,7 @@ func TestFilesThroughTheDownloadProxy(t *testing.T) {
 		dir := t.TempDir()
 		path, sum := writeRandomFile(t, dir, "movie.bin", 13<<20+7)
 
-		ac := client.New(f.URL, alice)
+		ac := f.Client(alice)
 		up, err := ac.UploadFile(ctx, path, client.UploadOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -50,6 +51,8 @@ func TestFilesThroughTheDownloadProxy(t *testing.T) {
 		if up.Instant || up.SHA256 != sum || up.FileID == "" || up.PartsSent != 2 {
 			t.Fatalf("upload result %+v", up)
 		}
+		// Until ferry has hashed it, the file reaches nobody but alice.
+		f.waitVerified(alice, up.UploadID)
 		if got := sha256.Sum256(ferryObject(t, f, "uploads/"+up.UploadID)); hex.EncodeToString(got[:]) != sum {
 			t.Fatal("the object in the bucket is not the file")
 		}
@@ -77,14 +80,15 @@ func TestFilesThroughTheDownloadProxy(t *testing.T) {
 		var page struct {
 			Messages []struct {
 				AttachmentURLs map[string]string `json:"attachment_urls"`
+				Expire         time.Time         `json:"attachment_urls_expire_at"`
 			}
 		}
 		f.Do("GET", "/conversations/"+conv.ID+"/messages", bob, nil).JSON(t, &page)
 		link := page.Messages[0].AttachmentURLs[up.FileID]
-		if link == "" {
-			t.Fatalf("no attachment link for bob: %+v", page)
+		if link == "" || !strings.HasPrefix(link, f.URL+"/download/") || time.Until(page.Messages[0].Expire) < time.Minute {
+			t.Fatalf("no absolute attachment link with its expiry for bob: %+v", page)
 		}
-		bc := client.New(f.URL, bob)
+		bc := f.Client(bob)
 		if dl, err := bc.Download(ctx, link, filepath.Join(dir, "bob.bin"), client.DownloadOptions{}); err != nil || dl.SHA256 != sum {
 			t.Fatalf("member download: %+v %v", dl, err)
 		}
@@ -96,7 +100,7 @@ func TestFilesThroughTheDownloadProxy(t *testing.T) {
 		if r := f.Do("DELETE", "/files/"+up.FileID, alice, nil); r.Status/100 != 2 {
 			t.Fatalf("delete file: %d %s", r.Status, r.Body)
 		}
-		want(t, f.Do("GET", file.DownloadURL, "", nil), 404, "download_not_found")
+		want(t, f.Do("GET", strings.TrimPrefix(file.DownloadURL, f.URL), "", nil), 404, "download_not_found")
 	})
 }
 
@@ -113,7 +117,7 @@ func TestExportsThroughTheDownloadProxy(t *testing.T) {
 		for i := range 30 {
 			want(t, f.Do("POST", "/conversations/"+conv.ID+"/messages", alice, map[string]any{"body": strings.Repeat("x", i+1)}), 201, "")
 		}
-		ac := client.New(f.URL, alice)
+		ac := f.Client(alice)
 		dir := t.TempDir()
 		out := filepath.Join(dir, "export.jsonl.gz")
 		res, err := ac.Export(ctx, "all", out, client.ExportOptions{})

@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ferry-io/ferry/internal/testenv"
 )
 
 // With no configuration at all, ferry starts on SQLite and the embedded
@@ -185,6 +187,76 @@ func TestGracefulShutdownCompletesInflightRequest(t *testing.T) {
 	}
 }
 
+// Issue 11, item 11: with FERRY_METRICS_ADDR set, /metrics is served on
+// that address and no longer on the main one.
+func TestMetricsOnTheirOwnAddress(t *testing.T) {
+	addr := testenv.FreeAddr(t)
+	f := Start(t, Options{Env: map[string]string{"FERRY_METRICS_ADDR": addr}})
+	f.Do("GET", "/healthz", "", nil)
+	if r := f.Do("GET", "/metrics", "", nil); r.Status != 404 || !strings.Contains(string(r.Body), "route_not_found") {
+		t.Fatalf("main listener /metrics = %d %s, want 404", r.Status, r.Body)
+	}
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 || !strings.Contains(string(b), `ferry_http_requests_total{method="GET",route="/healthz",status="200"}`) ||
+		!strings.Contains(string(b), "go_goroutines") {
+		t.Fatalf("metrics listener /metrics = %d:\n%.2000s", resp.StatusCode, b)
+	}
+	other, err := http.Get("http://" + addr + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other.Body.Close()
+	if other.StatusCode != 404 {
+		t.Fatalf("metrics listener /healthz = %d; it serves /metrics only", other.StatusCode)
+	}
+	if code := getStatus(t, "http://"+addr+"/debug/pprof/"); code != 404 {
+		t.Fatalf("metrics listener /debug/pprof/ = %d without FERRY_PPROF, want 404", code)
+	}
+	f.Signal(syscall.SIGTERM)
+	if code := f.Wait(30 * time.Second); code != 0 {
+		t.Fatalf("exit %d after SIGTERM; stderr:\n%s", code, f.Stderr())
+	}
+}
+
+// FERRY_PPROF serves Go's profiles on the metrics listener, and only
+// there: a 1 s CPU profile is a gzipped protobuf; the public listener
+// answers 404.
+func TestPProfOnTheMetricsAddress(t *testing.T) {
+	addr := testenv.FreeAddr(t)
+	f := Start(t, Options{Env: map[string]string{"FERRY_METRICS_ADDR": addr, "FERRY_PPROF": "true"}})
+	if code := getStatus(t, "http://"+addr+"/debug/pprof/"); code != 200 {
+		t.Fatalf("metrics listener /debug/pprof/ = %d, want 200", code)
+	}
+	resp, err := http.Get("http://" + addr + "/debug/pprof/profile?seconds=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	head := make([]byte, 2)
+	if _, err := io.ReadFull(resp.Body, head); err != nil || resp.StatusCode != 200 || head[0] != 0x1f || head[1] != 0x8b {
+		t.Fatalf("CPU profile: %d, starts % x (%v); want gzip", resp.StatusCode, head, err)
+	}
+	if code := getStatus(t, f.URL+"/debug/pprof/"); code != 404 {
+		t.Fatalf("public listener /debug/pprof/ = %d, want 404", code)
+	}
+}
+
+// getStatus GETs url and returns the status code.
+func getStatus(t *testing.T, url string) int {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
 // A bad configuration stops ferry before it does anything, with one line
 // naming the problem and a non-zero exit code.
 func TestBadConfigExits(t *testing.T) {
@@ -196,6 +268,11 @@ func TestBadConfigExits(t *testing.T) {
 		{map[string]string{"FERRY_DB_DRIVER": "postgres"}, 2, "FERRY_DB_DRIVER"},
 		{map[string]string{"FERRY_DB_DRIVER": "mysql", "FERRY_DB_DSN": "not a dsn"}, 2, "FERRY_DB_DSN"},
 		{map[string]string{"FERRY_LINK_KEYS": "k1:short"}, 2, "FERRY_LINK_KEYS"},
+		{map[string]string{"FERRY_TRUSTED_PROXIES": "lb.internal"}, 2, "FERRY_TRUSTED_PROXIES"},
+		{map[string]string{"FERRY_METRICS_ADDR": "9090"}, 2, "FERRY_METRICS_ADDR"},
+		{map[string]string{"FERRY_JWT_ISSUER": "https://app.example/", "FERRY_JWT_AUDIENCE": "ferry",
+			"FERRY_JWT_JWKS_URL": "http://auth.example/jwks"}, 2, "FERRY_JWT_JWKS_URL"},
+		{map[string]string{"FERRY_JWT_ISSUER": "https://app.example/", "FERRY_JWT_AUDIENCE": "ferry"}, 2, "FERRY_JWT_KEYS"},
 		{map[string]string{"FERRY_S3_ENDPOINT": "http://127.0.0.1:1", "FERRY_S3_ACCESS_KEY": "a", "FERRY_S3_SECRET_KEY": "b"}, 1, "127.0.0.1:1"},
 	} {
 		t.Run(c.want, func(t *testing.T) {

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ferry-io/ferry/client"
 	"github.com/ferry-io/ferry/internal/testenv"
 	"github.com/ferry-io/ferry/models"
 )
@@ -29,44 +30,69 @@ var (
 	buildErr  error
 )
 
+// TestMain removes the binaries goBuild made: each test process makes
+// some (ferry's is about 100 MB with the race detector), and CI runs this
+// package several times on one disk.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	builtDirs.Range(func(dir, _ any) bool {
+		os.RemoveAll(dir.(string))
+		return true
+	})
+	os.Exit(code)
+}
+
 // ferryBinary builds cmd/ferry once per test process (with the race
 // detector when the tests run with it) and returns its path.
 func ferryBinary(t testing.TB) string {
 	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "ferry-e2e-bin-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "ferry")
-		_, file, _, _ := runtime.Caller(0)
-		root := filepath.Dir(filepath.Dir(file))
-		args := []string{"build", "-o", binPath}
-		if raceEnabled {
-			args = append(args, "-race")
-		}
-		args = append(args, "./cmd/ferry")
-		cmd := exec.Command("go", args...)
-		cmd.Dir = root
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
+	buildOnce.Do(func() { binPath, buildErr = goBuild("./cmd/ferry", "ferry") })
 	if buildErr != nil {
 		t.Fatal(buildErr)
 	}
 	return binPath
 }
 
+// builtDirs are the directories goBuild made, which TestMain removes.
+var builtDirs sync.Map
+
+// goBuild builds the package pkg of this module into a temporary
+// directory as name, with the race detector when the tests run with it.
+func goBuild(pkg, name string) (string, error) {
+	dir, err := os.MkdirTemp("", "ferry-e2e-bin-")
+	if err != nil {
+		return "", err
+	}
+	builtDirs.Store(dir, true)
+	bin := filepath.Join(dir, name)
+	args := []string{"build", "-o", bin}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	cmd := exec.Command("go", append(args, pkg)...)
+	_, file, _, _ := runtime.Caller(0)
+	cmd.Dir = filepath.Dir(filepath.Dir(file))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
+	}
+	return bin, nil
+}
+
 // Ferry is a running ferry process.
 type Ferry struct {
-	t       testing.TB
-	URL     string
-	Dir     string   // working directory (the data dir lives under it unless set)
-	Env     []string // FERRY_* settings it was started with
-	Token   string   // the bootstrap admin token, when ferry printed one
+	t     testing.TB
+	URL   string
+	Dir   string   // working directory (the data dir lives under it unless set)
+	Env   []string // FERRY_* settings it was started with
+	Token string   // the bootstrap admin token, when ferry printed one
+	// S3 is the external S3 server ferry was started on, and Bucket its
+	// bucket there; S3 is nil when ferry runs its embedded server.
+	S3     *testenv.S3Server
+	Bucket string
+	// HTTP is the client Do sends with: every exchange with this ferry is
+	// validated against server/openapi.yaml (contract_test.go), and a
+	// mismatch is the request's error.
+	HTTP    *http.Client
 	cmd     *exec.Cmd
 	mu      sync.Mutex
 	stdout  bytes.Buffer
@@ -89,6 +115,31 @@ type Options struct {
 	MySQL bool
 	// NoWait returns without waiting for /readyz (for start-up failures).
 	NoWait bool
+	// S3 runs ferry on this external S3 server, on a fresh bucket, instead
+	// of its embedded one (a fault proxy's endpoint, for instance). Left
+	// nil, ferry uses the tests' external S3 when FERRY_TEST_S3_ENDPOINT
+	// names one (see testenv), and its embedded server otherwise. Env
+	// settings of FERRY_S3_ENDPOINT or FERRY_S3_EMBEDDED_ADDR, and
+	// ZeroConfig, keep the test's own choice.
+	S3 *testenv.S3Server
+}
+
+// externalS3 is the S3 server a test's ferry should use instead of its
+// embedded one, or nil.
+func externalS3(t testing.TB, o Options) *testenv.S3Server {
+	if o.S3 != nil {
+		return o.S3
+	}
+	if o.ZeroConfig || os.Getenv("FERRY_TEST_S3_ENDPOINT") == "" {
+		return nil
+	}
+	for _, k := range []string{"FERRY_S3_ENDPOINT", "FERRY_S3_EMBEDDED_ADDR"} {
+		if _, ok := o.Env[k]; ok {
+			return nil
+		}
+	}
+	srv := testenv.S3(t)
+	return &srv
 }
 
 // Start launches ferry serve and waits until /readyz answers 200.
@@ -109,10 +160,23 @@ func Start(t testing.TB, o Options) *Ferry {
 		env["FERRY_DB_DRIVER"] = models.MySQL
 		env["FERRY_DB_DSN"] = testenv.MySQLDatabase(t)
 	}
+	f := &Ferry{t: t, Dir: dir, exited: make(chan struct{}), Bucket: "ferry"}
+	if srv := externalS3(t, o); srv != nil {
+		// Each ferry gets its own bucket, created at start-up and kept
+		// across Restart (which reuses the environment).
+		f.S3, f.Bucket = srv, "e2e-"+testenv.RandomHex(6)
+		delete(env, "FERRY_S3_EMBEDDED_ADDR")
+		env["FERRY_S3_ENDPOINT"] = srv.Endpoint
+		env["FERRY_S3_ACCESS_KEY"] = srv.AccessKey
+		env["FERRY_S3_SECRET_KEY"] = srv.SecretKey
+		env["FERRY_S3_BUCKET"] = f.Bucket
+	}
 	for k, v := range o.Env {
 		env[k] = v
 	}
-	f := &Ferry{t: t, Dir: dir, exited: make(chan struct{})}
+	if b, ok := env["FERRY_S3_BUCKET"]; ok {
+		f.Bucket = b
+	}
 	for k, v := range env {
 		f.Env = append(f.Env, k+"="+v)
 	}
@@ -124,6 +188,7 @@ func Start(t testing.TB, o Options) *Ferry {
 		addr = "127.0.0.1" + addr
 	}
 	f.URL = "http://" + addr
+	f.HTTP = newContractClient(f.URL)
 	f.start(bin)
 	t.Cleanup(f.Kill)
 	if !o.NoWait {
@@ -271,6 +336,21 @@ func (r Response) JSON(t testing.TB, v any) {
 // Do sends a request with an optional bearer token and JSON body.
 func (f *Ferry) Do(method, path, token string, body any, header ...string) Response {
 	f.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	r, err := send(ctx, f.HTTP, f.URL, method, path, token, body, header...)
+	if err != nil {
+		f.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	return r
+}
+
+// send is Do with the error returned instead of failing the test, so that
+// goroutines other than the test's may use it, with a client of their
+// own. body is sent as it is when a string, []byte or io.Reader, and as
+// JSON otherwise; header holds name, value pairs. A body cut short while
+// it is read is returned as far as it came.
+func send(ctx context.Context, hc *http.Client, base, method, path, token string, body any, header ...string) (Response, error) {
 	var rd io.Reader
 	switch b := body.(type) {
 	case nil:
@@ -283,15 +363,13 @@ func (f *Ferry) Do(method, path, token string, body any, header ...string) Respo
 	default:
 		j, err := json.Marshal(b)
 		if err != nil {
-			f.t.Fatal(err)
+			return Response{}, err
 		}
 		rd = bytes.NewReader(j)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, method, f.URL+path, rd)
+	req, err := http.NewRequestWithContext(ctx, method, base+path, rd)
 	if err != nil {
-		f.t.Fatal(err)
+		return Response{}, err
 	}
 	if rd != nil {
 		req.Header.Set("Content-Type", "application/json")
@@ -302,13 +380,20 @@ func (f *Ferry) Do(method, path, token string, body any, header ...string) Respo
 	for i := 0; i+1 < len(header); i += 2 {
 		req.Header.Set(header[i], header[i+1])
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
-		f.t.Fatalf("%s %s: %v", method, path, err)
+		return Response{}, err
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	return Response{Status: resp.StatusCode, Header: resp.Header, Body: b}
+	return Response{Status: resp.StatusCode, Header: resp.Header, Body: b}, nil
+}
+
+// Client is ferry's Go client for token, its API calls held to the
+// contract like Do's (its part uploads go to the bucket and are not).
+func (f *Ferry) Client(token string) *client.Client {
+	hc := &http.Client{Timeout: 60 * time.Second, Transport: f.HTTP.Transport}
+	return client.New(f.URL, token, client.WithHTTPClient(hc))
 }
 
 // CreateUser makes a user through the admin API and returns its id and

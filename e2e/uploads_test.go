@@ -3,8 +3,10 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"crypto/md5"
 	"crypto/rand"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -15,12 +17,15 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
 
 	"github.com/ferry-io/ferry/client"
+	"github.com/ferry-io/ferry/s3store"
 )
 
 const mib = 1 << 20
@@ -39,6 +44,9 @@ type uploadJSON struct {
 	Parts     []partJSON `json:"parts"`
 	FileID    string     `json:"file_id"`
 	SHA256    string     `json:"sha256"`
+	// SHA256Verified is set on success: false until ferry has hashed the
+	// stored bytes.
+	SHA256Verified *bool `json:"sha256_verified"`
 }
 
 type presigned struct {
@@ -57,6 +65,36 @@ func (f *Ferry) presign(tok, id string, parts ...int) map[string]presigned {
 	r.JSON(f.t, &out)
 	return out.URLs
 }
+
+// presignChecked presigns parts of an upload with checksums, each URL
+// pinning its part's CRC32C, or its Content-MD5 where ferry did not grant
+// the upload checksums (a store without them, such as SeaweedFS).
+func (f *Ferry) presignChecked(tok, id string, parts map[int][]byte) map[string]presigned {
+	f.t.Helper()
+	var up struct {
+		Checksum string `json:"checksum_algorithm"`
+	}
+	f.Do("GET", "/uploads/"+id, tok, nil).JSON(f.t, &up)
+	field, sum := "checksum_crc32c", crc32c
+	if up.Checksum == "" {
+		field, sum = "content_md5", func(b []byte) string { h := md5.Sum(b); return base64.StdEncoding.EncodeToString(h[:]) }
+	}
+	nums, sums := []int{}, map[string]string{}
+	for n, b := range parts {
+		nums = append(nums, n)
+		sums[fmt.Sprint(n)] = sum(b)
+	}
+	r := f.Do("POST", "/uploads/"+id+"/presign", tok, map[string]any{"part_numbers": nums, field: sums})
+	if r.Status != 200 {
+		f.t.Fatalf("presign: %d %s", r.Status, r.Body)
+	}
+	var out struct{ URLs map[string]presigned }
+	r.JSON(f.t, &out)
+	return out.URLs
+}
+
+// crc32c is the x-amz-checksum-crc32c form of b's CRC32C.
+func crc32c(b []byte) string { return s3store.CRC32C(b) }
 
 // putPart PUTs body to a presigned URL.
 func putPart(p presigned, body io.Reader, size int64) (int, string, error) {
@@ -77,37 +115,49 @@ func putPart(p presigned, body io.Reader, size int64) (int, string, error) {
 	return resp.StatusCode, resp.Header.Get("ETag"), nil
 }
 
-// embeddedBucket is an independent minio-go view of ferry's embedded S3.
-func embeddedBucket(t *testing.T, f *Ferry) *minio.Core {
+// bucketView is an independent minio-go view of the bucket ferry uses.
+type bucketView struct {
+	*minio.Core
+	Name string
+}
+
+// ferryBucket opens the bucket ferry uses, on its embedded S3 (with the
+// credentials it generated in its data dir) or on the external S3 it was
+// started on.
+func ferryBucket(t *testing.T, f *Ferry) bucketView {
 	t.Helper()
-	var creds struct {
-		AccessKey string `json:"access_key"`
-		SecretKey string `json:"secret_key"`
-	}
-	b, err := os.ReadFile(filepath.Join(f.Dir, "ferry-data", "s3-credentials.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	json.Unmarshal(b, &creds)
-	var addr string
-	for _, kv := range f.Env {
-		if v, ok := strings.CutPrefix(kv, "FERRY_S3_EMBEDDED_ADDR="); ok {
-			addr = v
+	var endpoint, access, secret string
+	if f.S3 != nil {
+		u, err := url.Parse(f.S3.Endpoint)
+		if err != nil {
+			t.Fatal(err)
 		}
+		endpoint, access, secret = u.Host, f.S3.AccessKey, f.S3.SecretKey
+	} else {
+		var creds struct {
+			AccessKey string `json:"access_key"`
+			SecretKey string `json:"secret_key"`
+		}
+		b, err := os.ReadFile(filepath.Join(f.Dir, "ferry-data", "s3-credentials.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		json.Unmarshal(b, &creds)
+		endpoint, access, secret = strings.TrimPrefix(s3Addr(f), "http://"), creds.AccessKey, creds.SecretKey
 	}
-	c, err := minio.NewCore(addr, &minio.Options{Creds: credentials.NewStaticV4(creds.AccessKey, creds.SecretKey, ""), Region: "us-east-1"})
+	c, err := minio.NewCore(endpoint, &minio.Options{Creds: credentials.NewStaticV4(access, secret, ""), Region: "us-east-1"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return c
+	return bucketView{Core: c, Name: f.Bucket}
 }
 
 // s3Parts lists an upload's parts as S3 holds them, through minio-go.
-func s3Parts(t *testing.T, mc *minio.Core, key string) []partJSON {
+func s3Parts(t *testing.T, mc bucketView, key string) []partJSON {
 	t.Helper()
 	ctx := context.Background()
 	var uploadID string
-	for u := range mc.ListIncompleteUploads(ctx, "ferry", key, false) {
+	for u := range mc.ListIncompleteUploads(ctx, mc.Name, key, false) {
 		if u.Err != nil {
 			t.Fatal(u.Err)
 		}
@@ -116,7 +166,7 @@ func s3Parts(t *testing.T, mc *minio.Core, key string) []partJSON {
 	if uploadID == "" {
 		t.Fatalf("no multipart upload for %s", key)
 	}
-	res, err := mc.ListObjectParts(ctx, "ferry", key, uploadID, 0, 1000)
+	res, err := mc.ListObjectParts(ctx, mc.Name, key, uploadID, 0, 1000)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +192,7 @@ func sameParts(a, b []partJSON) bool {
 
 func normETag(e string) string { return strings.Trim(e, `"`) }
 
-// Done-when 2: ferry (with its embedded S3) is SIGKILLed in the middle of
+// Done-when 2: ferry (with its embedded S3, or beside an external one) is SIGKILLed in the middle of
 // an upload, with a part PUT in flight, and restarted. The progress query
 // still answers exactly what S3 holds, and the upload finishes.
 func TestUploadSurvivesServerKill(t *testing.T) {
@@ -158,13 +208,20 @@ func TestUploadSurvivesServerKill(t *testing.T) {
 		digest := hex.EncodeToString(sum[:])
 		part := func(n int) []byte { return data[(n-1)*5*mib : min(n*5*mib, len(data))] }
 
-		r := f.Do("POST", "/uploads", tok, map[string]any{"file_name": "big.bin", "size": len(data), "sha256": digest, "part_size": 5 * mib})
+		// The client this replays checksums its parts and gives the first
+		// part's CRC32C, by which a client with only the file finds the
+		// upload again; it declared the SHA-256 once it had read the file.
+		r := f.Do("POST", "/uploads", tok, map[string]any{"file_name": "big.bin", "size": len(data), "part_size": 5 * mib,
+			"checksum_algorithm": "CRC32C", "first_part_crc32c": crc32c(part(1))})
 		if r.Status != 201 {
 			t.Fatalf("init: %d %s", r.Status, r.Body)
 		}
 		var up uploadJSON
 		r.JSON(t, &up)
-		urls := f.presign(tok, up.UploadID, 1, 2, 3, 4)
+		if r := f.Do("POST", "/uploads/"+up.UploadID+"/sha256", tok, map[string]any{"sha256": digest}); r.Status != 200 {
+			t.Fatalf("declare: %d %s", r.Status, r.Body)
+		}
+		urls := f.presignChecked(tok, up.UploadID, map[int][]byte{1: part(1), 2: part(2), 3: part(3), 4: part(4)})
 		for _, n := range []int{1, 3} {
 			code, etag, err := putPart(urls[fmt.Sprint(n)], bytes.NewReader(part(n)), int64(len(part(n))))
 			if err != nil || code != 200 {
@@ -189,7 +246,7 @@ func TestUploadSurvivesServerKill(t *testing.T) {
 		}
 
 		f.Restart()
-		mc := embeddedBucket(t, f)
+		mc := ferryBucket(t, f)
 		var after uploadJSON
 		r = f.Do("GET", "/uploads/"+up.UploadID, tok, nil)
 		if r.Status != 200 {
@@ -218,7 +275,7 @@ func TestUploadSurvivesServerKill(t *testing.T) {
 		// A client that has only the file finishes the upload: it is
 		// offered the same upload and sends just the parts S3 lacks (part
 		// 2, cut mid-PUT, and part 4).
-		res, err := client.New(f.URL, tok).Upload(context.Background(), bytes.NewReader(data), int64(len(data)), client.UploadOptions{Name: "big.bin"})
+		res, err := f.Client(tok).Upload(context.Background(), bytes.NewReader(data), int64(len(data)), client.UploadOptions{Name: "big.bin", PartSize: 5 * mib})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -230,7 +287,7 @@ func TestUploadSurvivesServerKill(t *testing.T) {
 		if done.State != "success" || done.SHA256 != digest || done.FileID != res.FileID {
 			t.Fatalf("final = %+v", done)
 		}
-		obj, _, _, err := mc.GetObject(context.Background(), "ferry", "uploads/"+up.UploadID, minio.GetObjectOptions{})
+		obj, _, _, err := mc.GetObject(context.Background(), mc.Name, "uploads/"+up.UploadID, minio.GetObjectOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -255,4 +312,89 @@ func TestUploadSurvivesServerKill(t *testing.T) {
 			t.Fatalf("download_url = %q", list.Files[0].DownloadURL)
 		}
 	})
+}
+
+// On a slow link the client's read runs ahead of the PUTs, knows the
+// SHA-256 long before the transfer ends and declares it: uploading again a
+// file the caller already holds ends with an instant file after a few
+// parts, not after sending it all; a file someone else holds is proved.
+// A file that changes while it is being sent fails rather than mixing.
+func TestClientHashesAheadOnASlowLink(t *testing.T) {
+	f := Start(t, throttledS3(t, 4<<20, map[string]string{})) // 4 MiB/s per connection
+	_, alice := f.CreateUser("alice", false)
+	_, bob := f.CreateUser("bob", false)
+	ctx := context.Background()
+	data := make([]byte, 12*5*mib)
+	rand.Read(data)
+	sum := sha256.Sum256(data)
+
+	// The first upload has to send every part; wait until ferry has
+	// verified it, so its content is in the dedup index.
+	fast := f.Client(alice)
+	first, err := fast.Upload(ctx, bytes.NewReader(data[:5*mib+1]), 5*mib+1, client.UploadOptions{Name: "warm.bin"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.waitVerified(alice, first.UploadID)
+	up, err := fast.Upload(ctx, bytes.NewReader(data), int64(len(data)), client.UploadOptions{Name: "big.bin", Concurrency: 4, PartSize: 5 * mib})
+	if err != nil || up.PartsSent != 12 {
+		t.Fatalf("first upload: %+v %v", up, err)
+	}
+	f.waitVerified(alice, up.UploadID)
+
+	start := time.Now()
+	again, err := f.Client(alice).Upload(ctx, bytes.NewReader(data), int64(len(data)), client.UploadOptions{Name: "again.bin", Concurrency: 2, PartSize: 5 * mib})
+	if err != nil || !again.Instant || again.SHA256 != hex.EncodeToString(sum[:]) {
+		t.Fatalf("upload again: %+v %v, want instant", again, err)
+	}
+	if again.PartsSent > 4 {
+		t.Fatalf("%d of 12 parts sent before the instant answer; the read did not run ahead", again.PartsSent)
+	}
+	t.Logf("instant after %d parts, %.1fs", again.PartsSent, time.Since(start).Seconds())
+	var st uploadJSON
+	f.Do("GET", "/uploads/"+again.UploadID, alice, nil).JSON(t, &st)
+	if st.State != "aborted" {
+		t.Fatalf("the upload made useless by the instant answer is %s, want aborted", st.State)
+	}
+
+	proved, err := f.Client(bob).Upload(ctx, bytes.NewReader(data), int64(len(data)), client.UploadOptions{Name: "b.bin", Concurrency: 2, PartSize: 5 * mib})
+	if err != nil || !proved.Instant || proved.PartsSent > 4 {
+		t.Fatalf("bob's upload: %+v %v, want instant after a proof", proved, err)
+	}
+
+	// A file that changes under the client: the part read again for its
+	// PUT no longer has its first CRC32C.
+	other := make([]byte, len(data))
+	rand.Read(other)
+	changing := &changingReader{data: other, changeAfter: 11 * 5 * mib}
+	_, err = f.Client(bob).Upload(ctx, changing, int64(len(other)), client.UploadOptions{Name: "moving.bin", Concurrency: 2, PartSize: 5 * mib})
+	if err == nil || !strings.Contains(err.Error(), "changed while it was being uploaded") {
+		t.Fatalf("a file changed mid-upload: %v, want the change reported", err)
+	}
+}
+
+// changingReader flips a byte of its data once a read has gone past
+// changeAfter, as a file being written to while it is uploaded.
+type changingReader struct {
+	mu          sync.Mutex
+	data        []byte
+	changeAfter int64
+	changed     bool
+}
+
+func (c *changingReader) ReadAt(p []byte, off int64) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if off >= c.changeAfter && !c.changed {
+		c.data[9*5*mib+7] ^= 0xff // part 10: read ahead already, its turn to be sent much later
+		c.changed = true
+	}
+	if off >= int64(len(c.data)) {
+		return 0, io.EOF
+	}
+	n := copy(p, c.data[off:])
+	if n < len(p) {
+		return n, io.EOF
+	}
+	return n, nil
 }

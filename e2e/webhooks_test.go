@@ -2,11 +2,14 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,6 +18,7 @@ import (
 
 	"gorm.io/gorm"
 
+	"github.com/ferry-io/ferry/internal/testenv"
 	"github.com/ferry-io/ferry/models"
 	"github.com/ferry-io/ferry/notify"
 	"github.com/ferry-io/ferry/notify/receiver"
@@ -116,17 +120,43 @@ type deliveryDTO struct {
 	} `json:"attempts"`
 }
 
+// startForWebhooks starts ferry with webhooks to loopback allowed, the
+// given retry schedule and attempt budget, and a fast job poll.
+func startForWebhooks(t *testing.T, mysql bool, schedule string, attempts int) *Ferry {
+	f := Start(t, Options{MySQL: mysql, Env: map[string]string{
+		"FERRY_WEBHOOK_ALLOW_PRIVATE":  "true",
+		"FERRY_WEBHOOK_RETRY_SCHEDULE": schedule,
+		"FERRY_WEBHOOK_MAX_ATTEMPTS":   strconv.Itoa(attempts),
+		"FERRY_JOB_POLL":               "50ms",
+	}})
+	if mysql {
+		f.Token = cliCreateAdmin(t, f)
+	}
+	return f
+}
+
+// emitCompleted writes an upload.completed outbox row into ferry's
+// database the way the upload code does, and returns its id.
+func emitCompleted(t *testing.T, f *Ferry, mysql bool, subject string) string {
+	db := openFerryDB(t, f, mysql)
+	var eventID string
+	err := db.Transaction(func(tx *gorm.DB) error {
+		var err error
+		eventID, err = notify.Emit(context.Background(), tx, time.Now(), notify.Event{
+			Type: notify.UploadCompleted, Subject: subject, UserID: "usr_e2e",
+			Data: map[string]any{"file_id": "fil_e2e", "size": 5, "sha256": strings.Repeat("0", 64)},
+		})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return eventID
+}
+
 func TestWebhooksEndToEnd(t *testing.T) {
 	forEachDriver(t, func(t *testing.T, mysql bool) {
-		f := Start(t, Options{MySQL: mysql, Env: map[string]string{
-			"FERRY_WEBHOOK_ALLOW_PRIVATE":  "true",
-			"FERRY_WEBHOOK_RETRY_SCHEDULE": "300ms",
-			"FERRY_WEBHOOK_MAX_ATTEMPTS":   "3",
-			"FERRY_JOB_POLL":               "50ms",
-		}})
-		if mysql {
-			f.Token = cliCreateAdmin(t, f)
-		}
+		f := startForWebhooks(t, mysql, "300ms", 3)
 		be := newBackend(t)
 
 		r := f.Do("POST", "/admin/webhooks", f.Token, map[string]any{"url": be.srv.URL + "/hooks/ferry", "events": []string{"upload.completed"}})
@@ -151,19 +181,7 @@ func TestWebhooksEndToEnd(t *testing.T) {
 		}
 
 		// An upload completes somewhere in ferry: its outbox row is written.
-		db := openFerryDB(t, f, mysql)
-		var eventID string
-		err := db.Transaction(func(tx *gorm.DB) error {
-			var err error
-			eventID, err = notify.Emit(context.Background(), tx, time.Now(), notify.Event{
-				Type: notify.UploadCompleted, Subject: "upl_e2e", UserID: "usr_e2e",
-				Data: map[string]any{"file_id": "fil_e2e", "size": 5, "sha256": strings.Repeat("0", 64)},
-			})
-			return err
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
+		eventID := emitCompleted(t, f, mysql, "upl_e2e")
 
 		deliveries := func() []deliveryDTO {
 			r := f.Do("GET", "/admin/webhooks/"+wh.ID+"/deliveries", f.Token, nil)
@@ -220,9 +238,16 @@ func TestWebhooksEndToEnd(t *testing.T) {
 		if r.Status != 200 || rot.Secret == wh.Secret || rot.Expires == nil || time.Until(*rot.Expires) < 23*time.Hour {
 			t.Fatalf("rotate: %d %s", r.Status, r.Body)
 		}
+		// Rotating again without grace ends the current secret at once
+		// but keeps the first one until its own expiry.
 		r = f.Do("POST", "/admin/webhooks/"+wh.ID+"/rotate", f.Token, `{"grace_seconds":0}`)
-		if r.Status != 200 || strings.Contains(string(r.Body), "previous_secret_expires_at") {
-			t.Fatalf("rotate without grace: %d %s", r.Status, r.Body)
+		var again struct {
+			Expires *time.Time  `json:"previous_secret_expires_at"`
+			All     []time.Time `json:"previous_secrets_expire_at"`
+		}
+		r.JSON(t, &again)
+		if r.Status != 200 || again.Expires == nil || !again.Expires.Equal(*rot.Expires) || len(again.All) != 1 {
+			t.Fatalf("rotate without grace: %d %s; want the first old secret still until %s", r.Status, r.Body, rot.Expires)
 		}
 
 		m := f.Do("GET", "/metrics", "", nil)
@@ -242,6 +267,9 @@ func TestWebhooksEndToEnd(t *testing.T) {
 		}{
 			{"POST", "/admin/webhooks", f.Token, `{"url":"ftp://example.com/x","events":["upload.completed"]}`, 400, "invalid_url"},
 			{"POST", "/admin/webhooks", f.Token, `{"url":"http://127.0.0.1:1/x","events":["upload.exploded"]}`, 400, "invalid_events"},
+			{"POST", "/admin/webhooks", f.Token, `{"url":"http://127.0.0.1:0/x","events":["upload.completed"]}`, 400, "invalid_url"},
+			{"POST", "/admin/webhooks", f.Token, `{"url":"http://127.0.0.1:1/a b","events":["upload.completed"]}`, 400, "invalid_url"},
+			{"POST", "/admin/webhooks", f.Token, map[string]any{"url": be.srv.URL + "/hooks/ferry", "events": []string{"upload.completed"}}, 409, "webhook_exists"},
 			{"POST", "/admin/webhooks", f.Token, `{"url":"http://127.0.0.1:1/x","events":["upload.completed"],"secret":"mine"}`, 400, "invalid_json"},
 			{"POST", "/admin/webhooks", userToken, `{"url":"http://127.0.0.1:1/x","events":["upload.completed"]}`, 403, ""},
 			{"POST", "/admin/webhooks/" + wh.ID + "/rotate", f.Token, `{"grace_seconds":-1}`, 400, "invalid_grace"},
@@ -264,6 +292,133 @@ func TestWebhooksEndToEnd(t *testing.T) {
 	})
 }
 
+// slowBackend is a business backend on notify/receiver whose Process
+// takes longer than ferry waits for an answer (10 s), with its ids in an
+// SQLStore as a replicated backend keeps them.
+type slowBackend struct {
+	srv               *httptest.Server
+	configure         func(secret string)
+	h                 atomic.Pointer[receiver.Handler]
+	mu                sync.Mutex
+	started, finished map[string]int
+	answers           []int
+}
+
+func newSlowBackend(t *testing.T, dialect string, took time.Duration) *slowBackend {
+	db := testenv.NewDB(t, dialect)
+	create := receiver.CreateTableSQL
+	if dialect == models.MySQL {
+		create = receiver.CreateTableMySQL
+	}
+	if err := db.Exec(create).Error; err != nil {
+		t.Fatal(err)
+	}
+	sqlDB, err := db.DB.DB()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &slowBackend{started: map[string]int{}, finished: map[string]int{}}
+	b.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := b.h.Load()
+		if h == nil {
+			http.Error(w, "not configured", http.StatusServiceUnavailable)
+			return
+		}
+		rw := &statusWriter{ResponseWriter: w}
+		h.ServeHTTP(rw, r)
+		b.mu.Lock()
+		b.answers = append(b.answers, rw.status)
+		b.mu.Unlock()
+	}))
+	t.Cleanup(b.srv.Close)
+	b.configure = func(secret string) {
+		v, err := receiver.NewVerifier(secret)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.h.Store(&receiver.Handler{Verifier: v, Store: &receiver.SQLStore{DB: sqlDB}, ProcessTimeout: time.Minute,
+			Process: func(ctx context.Context, m *receiver.Message) error {
+				b.mu.Lock()
+				b.started[m.ID]++
+				b.mu.Unlock()
+				select {
+				case <-time.After(took):
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+				b.mu.Lock()
+				b.finished[m.ID]++
+				b.mu.Unlock()
+				return nil
+			}})
+	}
+	return b
+}
+
+// statusWriter remembers the status a handler answered.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) { w.status = code; w.ResponseWriter.WriteHeader(code) }
+
+// ferry gives up on an attempt after 10 s and retries; a backend whose
+// processing takes 11 s finishes it anyway, marks the id done, and answers
+// ferry's retry as a duplicate. The event is processed exactly once and
+// the delivery ends delivered.
+func TestWebhookSlowReceiverProcessedOnce(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, mysql bool) {
+		f := startForWebhooks(t, mysql, "1s", 6)
+		dialect := models.SQLite
+		if mysql {
+			dialect = models.MySQL
+		}
+		be := newSlowBackend(t, dialect, 11*time.Second)
+		r := f.Do("POST", "/admin/webhooks", f.Token, map[string]any{"url": be.srv.URL + "/hooks/ferry", "events": []string{"upload.completed"}})
+		if r.Status != 201 {
+			t.Fatalf("create webhook: %d %s", r.Status, r.Body)
+		}
+		var wh struct{ ID, Secret string }
+		r.JSON(t, &wh)
+		be.configure(wh.Secret)
+
+		eventID := emitCompleted(t, f, mysql, "upl_slow")
+
+		var d deliveryDTO
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			r := f.Do("GET", "/admin/webhooks/"+wh.ID+"/deliveries", f.Token, nil)
+			var out struct{ Deliveries []deliveryDTO }
+			r.JSON(t, &out)
+			if len(out.Deliveries) == 1 && out.Deliveries[0].State != "pending" {
+				d = out.Deliveries[0]
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("delivery still pending after 60 s: %s", r.Body)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		be.mu.Lock()
+		defer be.mu.Unlock()
+		if d.State != "delivered" || d.WebhookID != eventID || len(d.Attempts) < 2 {
+			t.Fatalf("delivery %+v; want delivered after a timed-out attempt and a retry", d)
+		}
+		if a := d.Attempts[0]; a.Status != 0 || !strings.Contains(a.Error, "timed out") {
+			t.Fatalf("first attempt %+v; want ferry's 10 s timeout", a)
+		}
+		if last := d.Attempts[len(d.Attempts)-1]; last.Status != 204 {
+			t.Fatalf("last attempt %+v; want 204", last)
+		}
+		if be.started[eventID] != 1 || be.finished[eventID] != 1 {
+			t.Fatalf("Process started %d times, finished %d; want once (answers %v, attempts %+v)",
+				be.started[eventID], be.finished[eventID], be.answers, d.Attempts)
+		}
+		t.Logf("backend answered %v over %d attempts", be.answers, len(d.Attempts))
+	})
+}
+
 // Without FERRY_WEBHOOK_ALLOW_PRIVATE, the API refuses loopback and
 // private targets.
 func TestWebhookPrivateTargetsRefusedByDefault(t *testing.T) {
@@ -273,5 +428,57 @@ func TestWebhookPrivateTargetsRefusedByDefault(t *testing.T) {
 		if r.Status != 400 || !strings.Contains(string(r.Body), `"code":"private_url"`) {
 			t.Errorf("%s: %d %s, want 400 private_url", u, r.Status, r.Body)
 		}
+	}
+}
+
+// A state change's webhook goes out at once: with the job poll at 30 s,
+// upload.completed reaches the receiver within 100 ms of the moment ferry
+// verified the upload (the event's timestamp), because the emitter wakes
+// the dispatcher and the dispatcher wakes the delivery. Of three uploads
+// the fastest must be within 100 ms (one slow one on a loaded machine is
+// scheduling, not polling) and every one within 5 s, far below the poll.
+func TestWebhookDeliveredPromptly(t *testing.T) {
+	f := Start(t, Options{Env: map[string]string{"FERRY_JOB_POLL": "30s", "FERRY_WEBHOOK_ALLOW_PRIVATE": "true"}})
+	_, tok := f.CreateUser("alice", false)
+	type arrival struct {
+		at   time.Time
+		body []byte
+	}
+	got := make(chan arrival, 4)
+	rcv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		at := time.Now()
+		b, _ := io.ReadAll(r.Body)
+		got <- arrival{at, b}
+	}))
+	t.Cleanup(rcv.Close)
+	r := f.Do("POST", "/admin/webhooks", f.Token, map[string]any{"url": rcv.URL, "events": []string{"upload.completed"}})
+	want(t, r, 201, "")
+	time.Sleep(500 * time.Millisecond)
+	fastest := time.Hour
+	for i := range 3 {
+		up := upToComplete(t, f, tok, randomData(1234+i))
+		select {
+		case a := <-got:
+			var ev struct {
+				Timestamp time.Time `json:"timestamp"`
+				Data      struct {
+					UploadID string `json:"upload_id"`
+				} `json:"data"`
+			}
+			if err := json.Unmarshal(a.body, &ev); err != nil || ev.Data.UploadID != up {
+				t.Fatalf("event %s: %v", a.body, err)
+			}
+			lag := a.at.Sub(ev.Timestamp)
+			t.Logf("upload.completed %d arrived %s after ferry verified the upload", i+1, lag.Round(time.Millisecond))
+			if lag > 5*time.Second {
+				t.Fatalf("a webhook arrived %s after the state change: something waited for the poll", lag)
+			}
+			fastest = min(fastest, lag)
+		case <-time.After(20 * time.Second):
+			t.Fatal("no webhook within 20 s (the poll is 30 s: nothing woke the dispatcher)")
+		}
+	}
+	if fastest > 100*time.Millisecond {
+		t.Fatalf("the fastest of three webhooks arrived %s after its state change; want within 100 ms", fastest)
 	}
 }

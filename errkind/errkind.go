@@ -3,6 +3,7 @@ package errkind
 import (
 	"errors"
 	"fmt"
+	"slices"
 )
 
 // Kind is a sentinel error naming a class of failure.
@@ -14,29 +15,34 @@ func (k *Kind) Error() string { return k.name }
 // server; domain code never chooses a status itself.
 var (
 	// Invalid: the request is malformed or violates a limit (400).
-	Invalid = &Kind{"invalid"}
+	Invalid = newKind("invalid")
 	// Unauthenticated: no or bad credentials (401).
-	Unauthenticated = &Kind{"unauthenticated"}
+	Unauthenticated = newKind("unauthenticated")
 	// Forbidden: credentials are fine but the act is not allowed (403).
-	Forbidden = &Kind{"forbidden"}
+	Forbidden = newKind("forbidden")
 	// NotFound: missing, or not visible to the caller (404).
-	NotFound = &Kind{"not found"}
+	NotFound = newKind("not found")
 	// Conflict: the resource's state does not allow the act (409).
-	Conflict = &Kind{"conflict"}
+	Conflict = newKind("conflict")
 	// Gone: the resource existed but was revoked or expired (410).
-	Gone = &Kind{"gone"}
+	Gone = newKind("gone")
 	// PreconditionFailed: a conditional request did not hold (412).
-	PreconditionFailed = &Kind{"precondition failed"}
+	PreconditionFailed = newKind("precondition failed")
 	// RangeNotSatisfiable: no requested byte range overlaps the
 	// representation, or the range set is malformed (416).
-	RangeNotSatisfiable = &Kind{"range not satisfiable"}
+	RangeNotSatisfiable = newKind("range not satisfiable")
 	// TooLarge: a body or value exceeds a configured size (413).
-	TooLarge = &Kind{"too large"}
+	TooLarge = newKind("too large")
+	// UnsupportedMediaType: the body is not in a format the endpoint
+	// takes, such as a form post to a JSON endpoint (415).
+	UnsupportedMediaType = newKind("unsupported media type")
 	// Unprocessable: well-formed but semantically refused, such as an
 	// idempotency key reused with another body (422).
-	Unprocessable = &Kind{"unprocessable"}
+	Unprocessable = newKind("unprocessable")
+	// TooManyRequests: a per-user or per-client limit is reached (429).
+	TooManyRequests = newKind("too many requests")
 	// Unavailable: a dependency is down; retrying later may work (503).
-	Unavailable = &Kind{"unavailable"}
+	Unavailable = newKind("unavailable")
 )
 
 // Error is a classified error with a stable machine-readable code, a
@@ -92,10 +98,23 @@ func Invalidf(code, format string, args ...any) *Error {
 
 // KindOf reports the Kind err carries, or nil when it carries none.
 func KindOf(err error) *Kind {
-	for _, k := range []*Kind{Invalid, Unauthenticated, Forbidden, NotFound, Conflict, Gone, PreconditionFailed, RangeNotSatisfiable, TooLarge, Unprocessable, Unavailable} {
+	for _, k := range kinds {
 		if errors.Is(err, k) {
 			return k
 		}
 	}
 	return nil
+}
+
+// Kinds returns every kind, in declaration order: the one list KindOf
+// searches and the HTTP layer's status table is checked against.
+func Kinds() []*Kind { return slices.Clone(kinds) }
+
+// kinds is every Kind, appended to as each is declared.
+var kinds []*Kind
+
+func newKind(name string) *Kind {
+	k := &Kind{name}
+	kinds = append(kinds, k)
+	return k
 }

@@ -6,7 +6,7 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -28,7 +28,10 @@ import (
 //
 //	go test -run '^$' -bench BenchmarkExportScale -benchtime 1x ./export
 //
-// FERRY_BENCH_DB=sqlite runs it on SQLite instead of MariaDB.
+// FERRY_BENCH_DB=sqlite runs it on SQLite instead of MariaDB;
+// FERRY_BENCH_SHARD_SIZE sets the messages per shard (200);
+// FERRY_BENCH_CPUPROFILE=DIR writes each child's CPU profile to
+// DIR/scan.prof and DIR/export.prof.
 func BenchmarkExportScale(b *testing.B) {
 	n := 1_000_000
 	if v := os.Getenv("FERRY_BENCH_MESSAGES"); v != "" {
@@ -41,7 +44,7 @@ func BenchmarkExportScale(b *testing.B) {
 	db := testenv.NewDB(b, dialect)
 	store := testenv.Store(b)
 	ctx := context.Background()
-	us := users.New(db.DB, time.Now, time.Hour)
+	us := testenv.Must(users.New(users.Config{DB: db.DB, Now: time.Now, SessionTTL: time.Hour}))
 	var ids []string
 	for i := range 12 {
 		u, _, err := us.Create(ctx, fmt.Sprintf("bench%d", i), false)
@@ -59,8 +62,8 @@ func BenchmarkExportScale(b *testing.B) {
 	b.Logf("seeded %d messages in 20 conversations (%d joins, %d leaves, %d recalls) in %s: %.0f messages/s",
 		rep.Messages, rep.Joins, rep.Leaves, rep.Recalls, seeded.Round(time.Millisecond), float64(rep.Messages)/seeded.Seconds())
 
-	q := jobs.NewQueue(db.DB, time.Now)
-	svc := New(db.DB, store, q, testSigner, Options{})
+	q := testenv.Must(jobs.NewQueue(jobs.QueueConfig{DB: db.DB, Now: time.Now}))
+	svc := testenv.Must(New(withDeps(Config{}, db.DB, store, q)))
 	// The first seeded user is in every conversation from its start and
 	// never leaves: the export covers every message.
 	v, _, err := svc.Create(ctx, ids[0], "bench", Request{Scope: "all"})
@@ -71,10 +74,12 @@ func BenchmarkExportScale(b *testing.B) {
 	srv := testenv.S3(b)
 	child := func(mode string) (map[string]float64, float64) {
 		b.Helper()
-		cmd := exec.Command(os.Args[0], "-test.run=^TestBenchChild$", "-test.v")
-		cmd.Env = append(os.Environ(), "FERRY_BENCH_CHILD="+mode, "FERRY_EXPORT_CHILD_DIALECT="+db.Dialect, "FERRY_EXPORT_CHILD_DSN="+db.DSN,
+		cmd := testenv.Child("TestBenchChild", "FERRY_BENCH_CHILD="+mode, "FERRY_EXPORT_CHILD_DIALECT="+db.Dialect, "FERRY_EXPORT_CHILD_DSN="+db.DSN,
 			"FERRY_EXPORT_CHILD_BUCKET="+store.Bucket(), "FERRY_EXPORT_CHILD_ID="+v.ID,
 			"FERRY_TEST_S3_ENDPOINT="+srv.Endpoint, "FERRY_TEST_S3_ACCESS_KEY="+srv.AccessKey, "FERRY_TEST_S3_SECRET_KEY="+srv.SecretKey)
+		if dir := os.Getenv("FERRY_BENCH_CPUPROFILE"); dir != "" {
+			cmd.Args = append(cmd.Args, "-test.cpuprofile="+filepath.Join(dir, mode+".prof"))
+		}
 		var out bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
 		if err := cmd.Run(); err != nil {
@@ -149,8 +154,9 @@ func TestBenchChild(t *testing.T) {
 		fmt.Printf("RESULT rows %d\n", n)
 	case "export":
 		store := testenv.StoreFor(t, testenv.S3(t), os.Getenv("FERRY_EXPORT_CHILD_BUCKET"))
-		q := jobs.NewQueue(db, time.Now)
-		svc := New(db, store, q, testSigner, Options{Concurrency: 1, DeleteShards: true, Log: testenv.Logger(t)})
+		q := testenv.Must(jobs.NewQueue(jobs.QueueConfig{DB: db, Now: time.Now}))
+		shardSize, _ := strconv.Atoi(os.Getenv("FERRY_BENCH_SHARD_SIZE"))
+		svc := testenv.Must(New(withDeps(Config{Concurrency: 1, DeleteShards: true, ShardSize: shardSize, Log: testenv.Logger(t)}, db, store, q)))
 		r := jobs.NewRunner(q, jobs.RunnerConfig{Lease: 30 * time.Second, Poll: 20 * time.Millisecond})
 		svc.Register(r)
 		rctx, cancel := context.WithCancel(ctx)

@@ -1,6 +1,10 @@
 // Package export turns a user's chat history into a downloadable artifact
 // in S3: idempotent, snapshot-consistent, deterministic and resumable after
-// a crash (design §4, X1–X3).
+// a crash. docs/exports.md describes the API and what it promises; this
+// package and its tests name the three promises it keeps X1 (one
+// Idempotency-Key, one export), X2 (the content is fixed by the snapshot
+// taken at creation) and X3 (a rerun after any crash writes the same
+// bytes).
 //
 // # Creating an export (X1, X2)
 //
@@ -29,17 +33,21 @@
 //
 // The artifact, exports/<id>/export.jsonl.gz, is the shards streamed in
 // order through gzip (no name, mtime 0, default level) into a multipart
-// upload while hashing, so memory stays flat whatever the size. Its SHA-256
-// and size are recorded with the state change to done and the
-// export.completed outbox row in one transaction, which also finishes the
-// job. Shard objects are deleted afterwards when configured.
+// upload while hashing, so memory stays flat whatever the size. It is
+// assembled while later shards are still being made, from the bytes just
+// generated or verified, never read back. The stages of a run (generate,
+// record, put, assemble) are pipelined; pipeline.go says how and what
+// bounds them. The artifact's SHA-256 and size are recorded with the state
+// change to done and the export.completed outbox row in one transaction,
+// which also finishes the job. Shard objects are deleted afterwards when configured.
 //
 // # After
 //
 // Get answers the state and, once done, a download link signed for
 // /download/<id> (served by the download proxy). Revoke (owner or admin)
-// makes an export revoked and deletes its objects. A periodic sweep expires
-// finished exports after the retention period, deletes what revoked,
-// expired and old failed exports left in the bucket, and fails exports
-// whose job ran out of attempts.
+// makes an export revoked and deletes its objects. A done export is
+// expired from its expires_at on, in Get, List and Artifact alike, without
+// waiting for anything. A periodic sweep records expired states, deletes
+// what revoked, expired and old failed exports left in the bucket, and
+// fails exports whose job ran out of attempts.
 package export

@@ -16,8 +16,10 @@ import (
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
+	"gorm.io/gorm"
 
 	"github.com/ferry-io/ferry/chat"
+	"github.com/ferry-io/ferry/download"
 	"github.com/ferry-io/ferry/internal/chattest"
 	"github.com/ferry-io/ferry/internal/testenv"
 	"github.com/ferry-io/ferry/jobs"
@@ -26,9 +28,6 @@ import (
 	"github.com/ferry-io/ferry/s3store"
 	"github.com/ferry-io/ferry/users"
 )
-
-var _ Storage = (*s3store.Store)(nil)
-var _ Signer = (*presign.Signer)(nil)
 
 // env is an export service on a real database and a real S3 bucket.
 type env struct {
@@ -42,9 +41,12 @@ type env struct {
 	files chattest.Files
 }
 
-var testSigner, _ = presign.NewSigner([]presign.Key{{ID: "t1", Secret: []byte("0123456789abcdef0123456789abcdef")}}, time.Now)
+var (
+	testSigner, _ = presign.NewSigner([]presign.Key{{ID: "t1", Secret: []byte("0123456789abcdef0123456789abcdef")}}, time.Now)
+	testLinks, _  = download.NewLinks(download.LinksConfig{Signer: testSigner, PublicURL: "http://ferry.test", TTL: 300 * time.Second})
+)
 
-func newEnv(t *testing.T, db *testenv.DB, store *s3store.Store, o Options) *env {
+func newEnv(t *testing.T, db *testenv.DB, store *s3store.Store, o Config, opts ...Option) *env {
 	t.Helper()
 	if store == nil {
 		store = testenv.Store(t)
@@ -52,18 +54,21 @@ func newEnv(t *testing.T, db *testenv.DB, store *s3store.Store, o Options) *env 
 	if o.Backoff == nil {
 		o.Backoff = func(int) time.Duration { return 20 * time.Millisecond }
 	}
-	if o.PublicURL == "" {
-		o.PublicURL = "http://ferry.test"
-	}
 	o.Log = testenv.Logger(t)
-	q := jobs.NewQueue(db.DB, time.Now)
+	q := testenv.Must(jobs.NewQueue(jobs.QueueConfig{DB: db.DB, Now: time.Now}))
 	files := chattest.Files{}
 	return &env{
 		t: t, db: db, store: store, queue: q, files: files,
-		svc:   New(db.DB, store, q, testSigner, o),
-		chat:  chat.New(db.DB, files, chat.Options{}),
-		users: users.New(db.DB, time.Now, time.Hour),
+		svc:   testenv.Must(New(withDeps(o, db.DB, store, q), opts...)),
+		chat:  testenv.Must(chat.New(chat.Config{DB: db.DB, Files: files})),
+		users: testenv.Must(users.New(users.Config{DB: db.DB, Now: time.Now, SessionTTL: time.Hour})),
 	}
+}
+
+// withDeps is o with the dependencies every test service shares.
+func withDeps(o Config, db *gorm.DB, store Storage, q *jobs.Queue) Config {
+	o.DB, o.Store, o.Queue, o.Links = db, store, q, testLinks
+	return o
 }
 
 // start runs a job runner with the export handlers until the test ends

@@ -9,7 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/url"
+	"math"
 	"regexp"
 	"strings"
 	"time"
@@ -17,11 +17,15 @@ import (
 	mysqldrv "github.com/go-sql-driver/mysql"
 	"github.com/prometheus/client_golang/prometheus"
 	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
 
 	"github.com/ferry-io/ferry/chat"
+	"github.com/ferry-io/ferry/download"
 	"github.com/ferry-io/ferry/errkind"
+	"github.com/ferry-io/ferry/internal/page"
 	"github.com/ferry-io/ferry/jobs"
 	"github.com/ferry-io/ferry/models"
+	"github.com/ferry-io/ferry/quota"
 	"github.com/ferry-io/ferry/s3store"
 )
 
@@ -47,8 +51,6 @@ const MaxKeyLen = 255
 // Errors the service returns.
 var (
 	ErrNotFound     = errkind.New(errkind.NotFound, "export_not_found", "no such export")
-	ErrMissingKey   = errkind.Invalidf("missing_idempotency_key", "send an Idempotency-Key header (a token or a quoted string of at most %d characters)", MaxKeyLen)
-	ErrInvalidKey   = errkind.Invalidf("invalid_idempotency_key", "the Idempotency-Key must be one token of visible ASCII or one RFC 8941 quoted string")
 	ErrKeyTooLong   = errkind.Invalidf("idempotency_key_too_long", "the Idempotency-Key may have at most %d characters", MaxKeyLen)
 	ErrKeyReused    = errkind.New(errkind.Unprocessable, "idempotency_key_reused", "this Idempotency-Key was used with a different request body")
 	ErrInvalidScope = errkind.Invalidf("invalid_scope", `scope must be "all" or "conv:<conversation id>"`)
@@ -59,15 +61,12 @@ var (
 type Storage interface {
 	Put(ctx context.Context, key string, body io.Reader, size int64, contentType string) error
 	Get(ctx context.Context, key string) (io.ReadCloser, error)
-	NewWriter(ctx context.Context, key, contentType string, partSize int) *s3store.Writer
+	// WriteObject makes key hold what fill writes, or nothing if fill
+	// or the write fails (see s3store.Store.WriteObject).
+	WriteObject(ctx context.Context, key, contentType string, partSize int, fill func(io.Writer) error) (int64, error)
 	DeletePrefix(ctx context.Context, prefix string) (int, error)
 	ListMultipartUploads(ctx context.Context, prefix string) ([]s3store.MultipartUpload, error)
 	AbortMultipart(ctx context.Context, key, uploadID string) error
-}
-
-// Signer signs download links. *presign.Signer implements it.
-type Signer interface {
-	Sign(path, resource, user string, ttl time.Duration) url.Values
 }
 
 // Hooks let tests stop or disturb a run at exact points. All are optional;
@@ -87,22 +86,28 @@ type Hooks struct {
 	MutateShard func(id string, n int, b []byte) []byte
 }
 
-// Options configure a Service. Zero values take the defaults noted.
-type Options struct {
+// Config configures a Service. Zero values take the defaults noted.
+type Config struct {
+	DB    *gorm.DB        // required
+	Store Storage         // required
+	Queue *jobs.Queue     // required
+	Links *download.Links // required: builds artifacts' download links
+
 	ShardSize    int           // messages per shard; 200
 	Retention    time.Duration // how long a finished artifact is kept; 168h
 	DeleteShards bool          // delete shard objects once the artifact is assembled
 	Concurrency  int           // exports one runner works on at once; 2
 	MaxAttempts  int           // runs before an export fails; 10
 	Backoff      func(attempt int) time.Duration
-	LinkTTL      time.Duration // lifetime of download links; 300s
-	PublicURL    string        // scheme://host that download links point at
 	PartSize     int           // multipart part size of the artifact; 8 MiB
 	SweepEvery   time.Duration // retention sweep interval; 1m
 	Now          func() time.Time
 	Log          *slog.Logger
 	Registerer   prometheus.Registerer // nil registers no metrics
-	Hooks        Hooks
+
+	// ExportsPerDay gives a user's limit on exports created in any 24
+	// hours (0: unlimited); nil is no limit. *quota.Service has it.
+	ExportsPerDay func(ctx context.Context, userID string) (int, error)
 }
 
 // Service creates, runs and serves exports. It is safe for concurrent use.
@@ -110,14 +115,25 @@ type Service struct {
 	db      *gorm.DB
 	store   Storage
 	queue   *jobs.Queue
-	signer  Signer
-	opts    Options
+	links   *download.Links
+	opts    Config
+	hooks   Hooks
 	log     *slog.Logger
 	metrics *metrics
 }
 
+// An Option changes a Service for a test.
+type Option func(*Service)
+
+// WithHooks makes a Service call h at its points: tests stop or disturb a
+// run there. Production code passes no options.
+func WithHooks(h Hooks) Option { return func(s *Service) { s.hooks = h } }
+
 // New returns a Service.
-func New(db *gorm.DB, store Storage, queue *jobs.Queue, signer Signer, o Options) *Service {
+func New(o Config, opts ...Option) (*Service, error) {
+	if o.DB == nil || o.Store == nil || o.Queue == nil || o.Links == nil {
+		return nil, errors.New("export: DB, Store, Queue and Links are required")
+	}
 	if o.ShardSize <= 0 {
 		o.ShardSize = 200
 	}
@@ -133,9 +149,6 @@ func New(db *gorm.DB, store Storage, queue *jobs.Queue, signer Signer, o Options
 	if o.Backoff == nil {
 		o.Backoff = jobs.Exponential(2*time.Second, 5*time.Minute)
 	}
-	if o.LinkTTL <= 0 {
-		o.LinkTTL = 300 * time.Second
-	}
 	if o.PartSize <= 0 {
 		o.PartSize = 8 << 20
 	}
@@ -148,77 +161,23 @@ func New(db *gorm.DB, store Storage, queue *jobs.Queue, signer Signer, o Options
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	o.PublicURL = strings.TrimSuffix(o.PublicURL, "/")
-	return &Service{db: db, store: store, queue: queue, signer: signer, opts: o, log: o.Log, metrics: newMetrics(o.Registerer)}
+	s := &Service{db: o.DB, store: o.Store, queue: o.Queue, links: o.Links, opts: o, log: o.Log, metrics: newMetrics(o.Registerer)}
+	for _, opt := range opts {
+		opt(s)
+	}
+	return s, nil
 }
 
 // Register adds the export worker and the retention sweep to r.
 func (s *Service) Register(r *jobs.Runner) {
 	r.Handle(JobKind, s.Run, jobs.Options{Concurrency: s.opts.Concurrency, MaxAttempts: s.opts.MaxAttempts, Backoff: s.opts.Backoff})
 	r.Handle(SweepKind, s.Sweep, jobs.Options{Every: s.opts.SweepEvery, MaxAttempts: 1})
+	r.Handle(EraseKind, s.erase, jobs.Options{MaxAttempts: 50})
 }
 
-// ParseIdempotencyKey reads the Idempotency-Key header values: exactly one,
-// either a bare token of visible ASCII or an RFC 8941 quoted string, at
-// most MaxKeyLen characters once unquoted. "abc" and abc are the same key.
-func ParseIdempotencyKey(values []string) (string, error) {
-	if len(values) == 0 || (len(values) == 1 && strings.TrimSpace(values[0]) == "") {
-		return "", ErrMissingKey
-	}
-	if len(values) > 1 {
-		return "", ErrInvalidKey
-	}
-	v := strings.Trim(values[0], " \t")
-	var key string
-	if strings.HasPrefix(v, `"`) {
-		var b strings.Builder
-		closed := false
-		for i := 1; i < len(v); i++ {
-			c := v[i]
-			switch {
-			case closed:
-				return "", ErrInvalidKey // characters after the closing quote
-			case c == '\\':
-				if i+1 == len(v) || (v[i+1] != '"' && v[i+1] != '\\') {
-					return "", ErrInvalidKey
-				}
-				i++
-				b.WriteByte(v[i])
-			case c == '"':
-				closed = true
-			case c < 0x20 || c > 0x7e:
-				return "", ErrInvalidKey
-			default:
-				b.WriteByte(c)
-			}
-			if b.Len() > MaxKeyLen {
-				return "", ErrKeyTooLong
-			}
-		}
-		if !closed {
-			return "", ErrInvalidKey
-		}
-		key = b.String()
-	} else {
-		for i := 0; i < len(v); i++ {
-			if c := v[i]; c <= 0x20 || c > 0x7e || c == '"' || c == '\\' {
-				return "", ErrInvalidKey
-			}
-		}
-		key = v
-	}
-	switch {
-	case key == "":
-		return "", ErrMissingKey
-	case len(key) > MaxKeyLen:
-		return "", ErrKeyTooLong
-	}
-	return key, nil
-}
-
-// Request is the body of POST /exports.
+// Request is what an export is asked for.
 type Request struct {
-	Scope string `json:"scope"`
+	Scope string // "all" or "conv:<conversation id>"
 }
 
 var convIDPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,40}$`)
@@ -239,7 +198,11 @@ func parseScope(scope string) (conv string, err error) {
 // fingerprint is the SHA-256 of the canonical body: the request
 // re-marshalled, so whitespace and key order do not make a body "other".
 func fingerprint(r Request) string {
-	b, _ := json.Marshal(r)
+	// The JSON spelling is part of every stored fingerprint: keep it, or a
+	// replay after an upgrade would read as another body.
+	b, _ := json.Marshal(struct {
+		Scope string `json:"scope"`
+	}{r.Scope})
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
 }
@@ -263,15 +226,27 @@ type View struct {
 // Create makes the export (userID, key) for req, or finds the one that
 // exists. It reports replayed=true when the export existed already.
 func (s *Service) Create(ctx context.Context, userID, key string, req Request) (View, bool, error) {
+	if len(key) > MaxKeyLen {
+		return View{}, false, ErrKeyTooLong
+	}
 	conv, err := parseScope(req.Scope)
 	if err != nil {
 		return View{}, false, err
 	}
 	fp := fingerprint(req)
+	// The quota is read before the transaction: inside it, on SQLite, a
+	// second connection would wait for the pool that the transactions
+	// queued on the write lock hold.
+	limit := 0
+	if s.opts.ExportsPerDay != nil {
+		if limit, err = s.opts.ExportsPerDay(ctx, userID); err != nil {
+			return View{}, false, fmt.Errorf("export: quota: %w", err)
+		}
+	}
 	// A concurrent request with the same key may insert first; then this
 	// one's insert hits the unique key and the retry finds that row.
 	for attempt := 1; ; attempt++ {
-		v, replayed, err := s.create(ctx, userID, key, fp, req.Scope, conv)
+		v, replayed, err := s.create(ctx, userID, key, fp, req.Scope, conv, limit)
 		if err != nil && attempt < 5 && (models.IsDuplicate(err) || isDeadlock(err)) {
 			continue
 		}
@@ -279,7 +254,7 @@ func (s *Service) Create(ctx context.Context, userID, key string, req Request) (
 	}
 }
 
-func (s *Service) create(ctx context.Context, userID, key, fp, scope, conv string) (View, bool, error) {
+func (s *Service) create(ctx context.Context, userID, key, fp, scope, conv string, limit int) (View, bool, error) {
 	var e models.Export
 	replayed := false
 	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
@@ -292,6 +267,9 @@ func (s *Service) create(ctx context.Context, userID, key, fp, scope, conv strin
 			return nil
 		}
 		if !errors.Is(err, gorm.ErrRecordNotFound) {
+			return err
+		}
+		if err := s.checkQuota(tx, userID, limit); err != nil {
 			return err
 		}
 		snap, err := chat.Snapshot(ctx, tx)
@@ -346,6 +324,48 @@ func (s *Service) create(ctx context.Context, userID, key, fp, scope, conv strin
 	return s.view(e), replayed, nil
 }
 
+// quotaWindow is the period FERRY_QUOTA_EXPORTS_PER_DAY counts over: any
+// 24 hours, not a calendar day, so no midnight lets a burst through.
+const quotaWindow = 24 * time.Hour
+
+// RecentCount returns how many exports userID created in the last 24
+// hours (what the export quota counts).
+func (s *Service) RecentCount(ctx context.Context, userID string) (int, error) {
+	var n int64
+	err := s.db.WithContext(ctx).Model(&models.Export{}).
+		Where("user_id = ? AND created_at > ?", userID, s.now().Add(-quotaWindow)).Count(&n).Error
+	return int(n), err
+}
+
+// checkQuota refuses a new export past limit exports per day (0: none),
+// with 429 quota_exceeded and when the oldest export in the window leaves
+// it (retry_after). It runs in the creating transaction, after the user's
+// row is locked, so concurrent creates of one user cannot both take the
+// last one; a replay never reaches it.
+func (s *Service) checkQuota(tx *gorm.DB, userID string, limit int) error {
+	if limit <= 0 {
+		return nil
+	}
+	var ids []string
+	if err := tx.Model(&models.User{}).Clauses(clause.Locking{Strength: "UPDATE"}).Where("id = ?", userID).Pluck("id", &ids).Error; err != nil {
+		return err
+	}
+	since := s.now().Add(-quotaWindow)
+	var times []time.Time
+	if err := tx.Model(&models.Export{}).Where("user_id = ? AND created_at > ?", userID, since).
+		Order("created_at").Pluck("created_at", &times).Error; err != nil {
+		return err
+	}
+	if len(times) < limit {
+		return nil
+	}
+	// A slot frees when enough of the oldest have left the window.
+	free := times[len(times)-limit].Add(quotaWindow)
+	wait := max(1, int(math.Ceil(free.Sub(s.now()).Seconds())))
+	return errkind.New(errkind.TooManyRequests, quota.Code, "you created %d exports in the last 24 hours, the most your quota allows; retry in %d s",
+		len(times), wait).With("limit", limit).With("usage", len(times)).With("retry_after", wait)
+}
+
 // isDeadlock reports a MySQL deadlock or lock wait timeout: the
 // transaction was rolled back and may simply be run again.
 func isDeadlock(err error) bool {
@@ -365,18 +385,32 @@ func (s *Service) Get(ctx context.Context, userID, id string) (View, error) {
 	return s.view(e), nil
 }
 
-// List returns the caller's most recent exports, newest first.
-func (s *Service) List(ctx context.Context, userID string, limit int) ([]View, error) {
+// List returns the caller's exports, newest first, a page at a time
+// (package page): cursor is "" for the first page and a returned next
+// after that; next is "" on the last page. The order is (created_at, id)
+// on the index ix_exports_user_created, so every page is one index range.
+func (s *Service) List(ctx context.Context, userID, cursor string, limit int) (list []View, next string, err error) {
+	if limit, err = page.Limit(limit); err != nil {
+		return nil, "", err
+	}
+	q, err := page.NewestFirst(s.db.WithContext(ctx).Where("user_id = ?", userID), exportList, cursor, limit)
+	if err != nil {
+		return nil, "", err
+	}
 	var rows []models.Export
-	if err := s.db.WithContext(ctx).Where("user_id = ?", userID).Order("created_at DESC, id").Limit(limit).Find(&rows).Error; err != nil {
-		return nil, fmt.Errorf("export: list: %w", err)
+	if err := q.Find(&rows).Error; err != nil {
+		return nil, "", fmt.Errorf("export: list: %w", err)
 	}
-	out := make([]View, len(rows))
+	rows, next = page.Cut(exportList, rows, limit, func(e models.Export) (time.Time, string) { return e.CreatedAt, e.ID })
+	list = make([]View, len(rows))
 	for i, e := range rows {
-		out[i] = s.view(e)
+		list[i] = s.view(e)
 	}
-	return out, nil
+	return list, next, nil
 }
+
+// exportList names the export list in its cursors.
+const exportList = "exports"
 
 func (s *Service) load(ctx context.Context, db *gorm.DB, id string) (models.Export, error) {
 	var e models.Export
@@ -390,16 +424,25 @@ func (s *Service) load(ctx context.Context, db *gorm.DB, id string) (models.Expo
 	return e, nil
 }
 
+// state is e's state now. A done export whose retention has run out is
+// expired from that moment, not from when the sweep gets to it: the sweep
+// runs once a minute and only deletes the objects and records the state.
+func (s *Service) state(e models.Export) string {
+	if e.State == StateDone && e.ExpiresAt != nil && !s.opts.Now().Before(*e.ExpiresAt) {
+		return StateExpired
+	}
+	return e.State
+}
+
 func (s *Service) view(e models.Export) View {
-	v := View{ID: e.ID, State: e.State, Scope: e.Scope, CreatedAt: e.CreatedAt, FinishedAt: e.FinishedAt, Messages: e.MessageCount}
+	v := View{ID: e.ID, State: s.state(e), Scope: e.Scope, CreatedAt: e.CreatedAt, FinishedAt: e.FinishedAt, Messages: e.MessageCount}
 	if e.Error != nil {
 		v.Error = *e.Error
 	}
-	if e.State == StateDone && e.SHA256 != nil && e.Bytes != nil {
+	if v.State == StateDone && e.SHA256 != nil && e.Bytes != nil {
 		v.SHA256, v.Bytes, v.ExpiresAt = *e.SHA256, *e.Bytes, e.ExpiresAt
-		path := "/download/" + e.ID
-		v.DownloadURL = s.opts.PublicURL + path + "?" + s.signer.Sign(path, e.ID, e.UserID, s.opts.LinkTTL).Encode()
-		v.LinkExpires = s.opts.Now().Add(s.opts.LinkTTL).UTC().Truncate(time.Second)
+		l := s.links.Link(e.ID, e.UserID)
+		v.DownloadURL, v.LinkExpires = l.URL, l.ExpiresAt
 	}
 	return v
 }
@@ -415,7 +458,7 @@ func (s *Service) Revoke(ctx context.Context, owner, id string) (View, error) {
 	if owner != "" && e.UserID != owner {
 		return View{}, ErrNotFound
 	}
-	if e.State != StateRevoked && e.State != StateExpired {
+	if st := s.state(e); st != StateRevoked && st != StateExpired {
 		now := models.Time(s.opts.Now())
 		res := s.db.WithContext(ctx).Model(&models.Export{}).
 			Where("id = ? AND state NOT IN ?", id, []string{StateRevoked, StateExpired}).
@@ -455,8 +498,8 @@ func (s *Service) Artifact(ctx context.Context, id string) (Artifact, error) {
 	if err != nil {
 		return Artifact{}, err
 	}
-	a := Artifact{ExportID: e.ID, UserID: e.UserID, State: e.State}
-	if e.State == StateDone && e.ArtifactKey != nil && e.SHA256 != nil && e.Bytes != nil {
+	a := Artifact{ExportID: e.ID, UserID: e.UserID, State: s.state(e)}
+	if a.State == StateDone && e.ArtifactKey != nil && e.SHA256 != nil && e.Bytes != nil {
 		a.Key, a.SHA256, a.Bytes = *e.ArtifactKey, *e.SHA256, *e.Bytes
 	}
 	if e.FinishedAt != nil {

@@ -99,7 +99,7 @@ func seedUsers(t *testing.T, e *env, n, messages int) []string {
 func TestAlteredShardsAreRewritten(t *testing.T) {
 	testenv.ForEachDB(t, func(t *testing.T, db *testenv.DB) {
 		g := newGate()
-		e := newEnv(t, db, nil, Options{ShardSize: 5, Hooks: g.hooks()})
+		e := newEnv(t, db, nil, Config{ShardSize: 5}, WithHooks(g.hooks()))
 		users := seedUsers(t, e, 3, 60)
 		owner := chat.Actor{ID: users[0]}
 		ref := e.create(owner, "reference", "all")
@@ -149,7 +149,7 @@ func TestNondeterministicGeneratorFails(t *testing.T) {
 	testenv.ForEachDB(t, func(t *testing.T, db *testenv.DB) {
 		g := newGate()
 		g.mutating.Store(true)
-		e := newEnv(t, db, nil, Options{ShardSize: 5, Hooks: g.hooks()})
+		e := newEnv(t, db, nil, Config{ShardSize: 5}, WithHooks(g.hooks()))
 		users := seedUsers(t, e, 3, 30)
 		x := e.create(chat.Actor{ID: users[0]}, "k", "all")
 		g.id.Store(x.ID)
@@ -191,13 +191,13 @@ func TestRevoke(t *testing.T) {
 	testenv.ForEachDB(t, func(t *testing.T, db *testenv.DB) {
 		var midRun atomic.Value
 		var e *env
-		e = newEnv(t, db, nil, Options{ShardSize: 2, Hooks: Hooks{AfterShard: func(id string, n int) error {
+		e = newEnv(t, db, nil, Config{ShardSize: 2}, WithHooks(Hooks{AfterShard: func(id string, n int) error {
 			if midRun.Load() == id && n == 0 {
 				_, err := e.svc.Revoke(context.Background(), "", id)
 				return err
 			}
 			return nil
-		}}})
+		}}))
 		ctx := context.Background()
 		alice, bob := e.user("alice", false), e.user("bob", false)
 		c, _ := e.chat.CreateConversation(ctx, alice, "c")
@@ -283,7 +283,7 @@ func (c *clock) Advance(d time.Duration) { c.mu.Lock(); c.now = c.now.Add(d); c.
 func TestSweep(t *testing.T) {
 	testenv.ForEachDB(t, func(t *testing.T, db *testenv.DB) {
 		clk := &clock{now: time.Now()}
-		e := newEnv(t, db, nil, Options{Retention: time.Hour, Now: clk.Now})
+		e := newEnv(t, db, nil, Config{Retention: time.Hour, Now: clk.Now})
 		ctx := context.Background()
 		alice := e.user("alice", false)
 		c, _ := e.chat.CreateConversation(ctx, alice, "c")

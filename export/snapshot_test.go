@@ -28,7 +28,7 @@ import (
 // count only when they happened at or before it.
 func TestExportIsTheSnapshot(t *testing.T) {
 	testenv.ForEachDB(t, func(t *testing.T, db *testenv.DB) {
-		e := newEnv(t, db, nil, Options{ShardSize: 3})
+		e := newEnv(t, db, nil, Config{ShardSize: 3})
 		ctx := context.Background()
 		alice, bob, carol := e.user("alice", false), e.user("bob", false), e.user("carol", false)
 		root := e.user("root", true)
@@ -228,7 +228,7 @@ func joinLines(ls []json.RawMessage) string {
 // identical requests that make one job.
 func TestCreateIsIdempotent(t *testing.T) {
 	testenv.ForEachDB(t, func(t *testing.T, db *testenv.DB) {
-		e := newEnv(t, db, nil, Options{})
+		e := newEnv(t, db, nil, Config{})
 		ctx := context.Background()
 		alice, bob := e.user("alice", false), e.user("bob", false)
 		c, _ := e.chat.CreateConversation(ctx, alice, "c")
@@ -288,46 +288,13 @@ func TestCreateIsIdempotent(t *testing.T) {
 	})
 }
 
-func TestParseIdempotencyKey(t *testing.T) {
-	long := strings.Repeat("k", MaxKeyLen)
-	for _, tc := range []struct {
-		in   []string
-		want string
-		err  error
-	}{
-		{[]string{"abc"}, "abc", nil},
-		{[]string{`"abc"`}, "abc", nil},
-		{[]string{"  8e03978e-40d5-43e8-bc93-6894a57f9324 "}, "8e03978e-40d5-43e8-bc93-6894a57f9324", nil},
-		{[]string{`"with space and \"quote\" and \\"`}, `with space and "quote" and \`, nil},
-		{[]string{long}, long, nil},
-		{[]string{`"` + long + `"`}, long, nil},
-		{[]string{long + "k"}, "", ErrKeyTooLong},
-		{[]string{`"` + long + `k"`}, "", ErrKeyTooLong},
-		{nil, "", ErrMissingKey},
-		{[]string{""}, "", ErrMissingKey},
-		{[]string{`""`}, "", ErrMissingKey},
-		{[]string{"a", "b"}, "", ErrInvalidKey},
-		{[]string{"a b"}, "", ErrInvalidKey},
-		{[]string{`"abc`}, "", ErrInvalidKey},
-		{[]string{`"abc"x`}, "", ErrInvalidKey},
-		{[]string{`"a\x"`}, "", ErrInvalidKey},
-		{[]string{"caf\xc3\xa9"}, "", ErrInvalidKey},
-		{[]string{"\"tab\there\""}, "", ErrInvalidKey},
-	} {
-		got, err := ParseIdempotencyKey(tc.in)
-		if got != tc.want || !errors.Is(err, tc.err) {
-			t.Errorf("ParseIdempotencyKey(%q) = %q, %v; want %q, %v", tc.in, got, err, tc.want, tc.err)
-		}
-	}
-}
-
 // Two exports of the same snapshot produce the same bytes, whatever their
 // ids, and even when they are cut into shards of different sizes.
 func TestSameSnapshotSameBytes(t *testing.T) {
 	testenv.ForEachDB(t, func(t *testing.T, db *testenv.DB) {
 		store := testenv.Store(t)
-		small := newEnv(t, db, store, Options{ShardSize: 7})
-		large := newEnv(t, db, store, Options{ShardSize: 500})
+		small := newEnv(t, db, store, Config{ShardSize: 7})
+		large := newEnv(t, db, store, Config{ShardSize: 500})
 		ctx := context.Background()
 		var ids []string
 		for i := range 4 {

@@ -1,25 +1,19 @@
 package export
 
 import (
-	"bytes"
-	"compress/gzip"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"time"
 
 	"gorm.io/gorm"
 
 	"github.com/ferry-io/ferry/chat"
+	"github.com/ferry-io/ferry/errkind"
 	"github.com/ferry-io/ferry/jobs"
 	"github.com/ferry-io/ferry/models"
 	"github.com/ferry-io/ferry/notify"
-	"github.com/ferry-io/ferry/s3store"
 )
 
 // NondeterministicError means a shard regenerated to bytes other than the
@@ -39,10 +33,6 @@ func (e *NondeterministicError) Error() string {
 	}
 	return fmt.Sprintf("shard %d regenerated to different bytes (sha256 %s, recorded %s): the export is not deterministic", e.Shard, e.Got, e.Recorded)
 }
-
-// errShardChanged means a verified shard changed in the bucket while the
-// artifact was being assembled; the next run rewrites it.
-var errShardChanged = errors.New("export: a shard changed in the bucket during assembly")
 
 // Run is the jobs handler for one export. It is idempotent: every step
 // either finds its result already recorded and verified, or redoes it.
@@ -74,6 +64,9 @@ func (s *Service) Run(ctx context.Context, j *jobs.Job) error {
 	if res.RowsAffected == 0 {
 		return nil // revoked just now; the next sweep cleans up
 	}
+	if e.StartedAt == nil {
+		e.StartedAt = &now // as the COALESCE above just stored it, for the events
+	}
 	if e.Runs > 0 {
 		s.metrics.reruns.Inc()
 	}
@@ -88,6 +81,9 @@ func (s *Service) Run(ctx context.Context, j *jobs.Job) error {
 		"shards_skipped", st.skipped, "elapsed", time.Since(start), "err", err)
 	if err == nil || errors.Is(err, jobs.ErrLeaseLost) || ctx.Err() != nil {
 		return err
+	}
+	if errors.Is(err, errkind.Unavailable) {
+		return err // an outage: the runner waits it out without using up an attempt
 	}
 	var nd *NondeterministicError
 	if errors.As(err, &nd) || j.Attempt >= j.MaxAttempts {
@@ -110,12 +106,9 @@ func (s *Service) run(ctx context.Context, j *jobs.Job, e models.Export, st *run
 	if err != nil {
 		return fmt.Errorf("plan: %w", err)
 	}
-	if err := s.writeShards(ctx, e, st, log); err != nil {
-		return err
-	}
-	sum, size, err := s.assemble(ctx, e, count)
+	sum, size, err := s.build(ctx, e, count, st, log)
 	if err != nil {
-		return fmt.Errorf("assemble: %w", err)
+		return err
 	}
 	return s.finish(ctx, j, e, sum, size)
 }
@@ -127,7 +120,7 @@ func (s *Service) plan(ctx context.Context, j *jobs.Job, e models.Export) (int, 
 	if e.ShardCount != nil {
 		return *e.ShardCount, nil
 	}
-	perms, err := s.permissions(ctx, e.ID)
+	convs, err := s.conversations(ctx, e.ID)
 	if err != nil {
 		return 0, err
 	}
@@ -141,13 +134,14 @@ func (s *Service) plan(ctx context.Context, j *jobs.Job, e models.Export) (int, 
 	if err != nil {
 		return 0, err
 	}
+	start := time.Now()
 	n, total := 0, int64(0)
-	for _, c := range perms {
+	for _, conv := range convs {
 		// One conversation's plan at a time: memory grows with the
 		// largest conversation's shard count, not the export's size.
 		var shards []models.ExportShard
-		cur := models.ExportShard{ExportID: e.ID, ConversationID: c.Conversation}
-		err := chat.VisibleSeqs(ctx, s.db, chat.Range{Conversation: c.Conversation, Intervals: c.Intervals, AsOf: e.SnapshotGseq}, func(seq int64) error {
+		cur := models.ExportShard{ExportID: e.ID, ConversationID: conv}
+		err := chat.VisibleSeqs(ctx, s.db, chat.Range{Conversation: conv, Reader: snapshotReader(e.ID), AsOf: e.SnapshotGseq}, func(seq int64) error {
 			if cur.Messages == 0 {
 				cur.FirstSeq = seq
 			}
@@ -157,7 +151,7 @@ func (s *Service) plan(ctx context.Context, j *jobs.Job, e models.Export) (int, 
 				cur.N = n
 				shards = append(shards, cur)
 				n++
-				cur = models.ExportShard{ExportID: e.ID, ConversationID: c.Conversation}
+				cur = models.ExportShard{ExportID: e.ID, ConversationID: conv}
 			}
 			return nil
 		})
@@ -195,29 +189,22 @@ func (s *Service) plan(ctx context.Context, j *jobs.Job, e models.Export) (int, 
 	if err != nil {
 		return 0, err
 	}
-	s.log.InfoContext(ctx, "export planned", "export_id", e.ID, "shards", n, "messages", total, "conversations", len(perms))
+	s.log.InfoContext(ctx, "export planned", "export_id", e.ID, "shards", n, "messages", total, "conversations", len(convs), "elapsed", time.Since(start))
 	return n, nil
 }
 
-// permissions loads an export's permission snapshot, grouped by
-// conversation in id order.
-func (s *Service) permissions(ctx context.Context, id string) ([]chat.ConversationIntervals, error) {
-	var rows []models.ExportPermission
-	if err := s.db.WithContext(ctx).Where("export_id = ?", id).Order("conversation_id, join_gseq").Find(&rows).Error; err != nil {
-		return nil, err
-	}
-	var out []chat.ConversationIntervals
-	for _, r := range rows {
-		iv := chat.Interval{Join: r.JoinGseq}
-		if r.LeaveGseq != nil {
-			iv.Leave = *r.LeaveGseq
-		}
-		if n := len(out); n == 0 || out[n-1].Conversation != r.ConversationID {
-			out = append(out, chat.ConversationIntervals{Conversation: r.ConversationID})
-		}
-		out[len(out)-1].Intervals = append(out[len(out)-1].Intervals, iv)
-	}
-	return out, nil
+// snapshotReader reads messages through export id's permission snapshot.
+func snapshotReader(id string) chat.Reader {
+	return chat.StoredIntervals("export_permissions", "export_id", id)
+}
+
+// conversations lists the conversations in export id's permission
+// snapshot, in id order: the order of the artifact.
+func (s *Service) conversations(ctx context.Context, id string) ([]string, error) {
+	var convs []string
+	err := s.db.WithContext(ctx).Model(&models.ExportPermission{}).Where("export_id = ?", id).
+		Distinct("conversation_id").Order("conversation_id").Pluck("conversation_id", &convs).Error
+	return convs, err
 }
 
 // eachShard calls fn for every shard of the plan in order, reading the
@@ -241,182 +228,6 @@ func (s *Service) eachShard(ctx context.Context, id string, fn func(models.Expor
 	}
 }
 
-// Shard results, as counted in metrics and logs.
-const (
-	shardSkipped   = "skipped"   // verified in the bucket as recorded
-	shardWritten   = "written"   // put for the first time, or after it went missing
-	shardRewritten = "rewritten" // found altered in the bucket and put again
-)
-
-// Window bounds: shards are prepared a window at a time so their hashes
-// are recorded in one transaction, and memory stays bounded by the bytes
-// limit whatever the shard size.
-const (
-	windowShards = 32
-	windowBytes  = 4 << 20
-)
-
-// pendingShard is a shard of the current window on its way to the bucket.
-type pendingShard struct {
-	sh     models.ExportShard
-	result string
-	data   []byte // nil when skipped
-	sum    string
-	record bool // sum is new: record it before the put
-}
-
-// writeShards makes every shard of the plan exist in the bucket with its
-// recorded bytes, in plan order.
-func (s *Service) writeShards(ctx context.Context, e models.Export, st *runStats, log *slog.Logger) error {
-	gen := &generator{s: s, e: e}
-	var window []pendingShard
-	buffered := 0
-	flush := func() error {
-		if err := s.record(ctx, e.ID, window); err != nil {
-			return err
-		}
-		for _, p := range window {
-			if p.data != nil {
-				if err := s.store.Put(ctx, shardKey(e.ID, p.sh.N), bytes.NewReader(p.data), int64(len(p.data)), "application/x-ndjson"); err != nil {
-					return err
-				}
-				if h := s.opts.Hooks.ShardWritten; h != nil {
-					h(e.ID, p.sh.N)
-				}
-			}
-			s.metrics.shards.WithLabelValues(p.result).Inc()
-			switch p.result {
-			case shardWritten:
-				st.written++
-			case shardRewritten:
-				st.rewritten++
-				log.WarnContext(ctx, "export shard rewritten", "shard", p.sh.N)
-			default:
-				st.skipped++
-			}
-			if h := s.opts.Hooks.AfterShard; h != nil {
-				if err := h(e.ID, p.sh.N); err != nil {
-					return err
-				}
-			}
-		}
-		window, buffered = window[:0], 0
-		return nil
-	}
-	err := s.eachShard(ctx, e.ID, func(sh models.ExportShard) error {
-		p, err := s.prepare(ctx, gen, e, sh)
-		if err != nil {
-			return err
-		}
-		window = append(window, p)
-		buffered += len(p.data)
-		if len(window) >= windowShards || buffered >= windowBytes {
-			return flush()
-		}
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	return flush()
-}
-
-// prepare verifies a recorded shard against its object, and otherwise
-// renders it. A shard that renders to other bytes than recorded is a
-// NondeterministicError.
-func (s *Service) prepare(ctx context.Context, gen *generator, e models.Export, sh models.ExportShard) (pendingShard, error) {
-	p := pendingShard{sh: sh, result: shardWritten}
-	if sh.SHA256 != nil {
-		state, err := s.verify(ctx, shardKey(e.ID, sh.N), *sh.SHA256)
-		if err != nil {
-			return p, err
-		}
-		switch state {
-		case objectVerified:
-			p.result = shardSkipped
-			return p, nil
-		case objectAltered:
-			p.result = shardRewritten
-		}
-	}
-	b, err := gen.shard(ctx, sh)
-	if err != nil {
-		return p, err
-	}
-	sum := sha256.Sum256(b)
-	p.data, p.sum = b, hex.EncodeToString(sum[:])
-	if sh.SHA256 != nil && *sh.SHA256 != p.sum {
-		return p, &NondeterministicError{Shard: sh.N, Recorded: *sh.SHA256, Got: p.sum}
-	}
-	p.record = sh.SHA256 == nil
-	return p, nil
-}
-
-// record stores the new hashes of a window in one transaction, before any
-// of its objects is put: a crash in between leaves records whose objects
-// are missing, which the next run regenerates and compares, so every
-// object ever written is checked against one recorded hash.
-func (s *Service) record(ctx context.Context, id string, window []pendingShard) error {
-	return s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		for _, p := range window {
-			if !p.record {
-				continue
-			}
-			res := tx.Model(&models.ExportShard{}).Where("export_id = ? AND n = ? AND sha256 IS NULL", id, p.sh.N).
-				Updates(map[string]any{"sha256": p.sum, "bytes": len(p.data)})
-			if res.Error != nil {
-				return res.Error
-			}
-			if res.RowsAffected == 1 {
-				continue
-			}
-			// A stale worker recorded it meanwhile: it must agree.
-			var rec models.ExportShard
-			if err := tx.Where("export_id = ? AND n = ?", id, p.sh.N).Take(&rec).Error; err != nil {
-				return err
-			}
-			if rec.SHA256 == nil || *rec.SHA256 != p.sum {
-				return &NondeterministicError{Shard: p.sh.N, Recorded: deref(rec.SHA256), Got: p.sum}
-			}
-		}
-		return nil
-	})
-}
-
-func deref(s *string) string {
-	if s == nil {
-		return ""
-	}
-	return *s
-}
-
-// Object states as verify finds them.
-const (
-	objectVerified = iota
-	objectMissing
-	objectAltered
-)
-
-// verify reads the object at key and compares its hash with want.
-func (s *Service) verify(ctx context.Context, key, want string) (int, error) {
-	rc, err := s.store.Get(ctx, key)
-	if errors.Is(err, s3store.ErrNotFound) {
-		return objectMissing, nil
-	}
-	if err != nil {
-		return 0, err
-	}
-	defer rc.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, rc); err != nil {
-		return 0, err
-	}
-	if hex.EncodeToString(h.Sum(nil)) != want {
-		return objectAltered, nil
-	}
-	return objectVerified, nil
-}
-
 // line is one message of the artifact. Fields are declared in key order,
 // so encoding/json writes the keys sorted.
 type line struct {
@@ -433,182 +244,19 @@ type line struct {
 // sentAtLayout is fixed-width, UTC, microseconds: the stored precision.
 const sentAtLayout = "2006-01-02T15:04:05.000000Z"
 
-// generator renders shards; it caches the permission snapshot of the
-// conversation it is in.
-type generator struct {
-	s    *Service
-	e    models.Export
-	conv string
-	ivs  []chat.Interval
-}
-
-// shard renders shard sh as JSON Lines. The output depends only on the
-// snapshot and the data at or below it, never on the run.
-func (g *generator) shard(ctx context.Context, sh models.ExportShard) ([]byte, error) {
-	if g.conv != sh.ConversationID {
-		var rows []models.ExportPermission
-		err := g.s.db.WithContext(ctx).Where("export_id = ? AND conversation_id = ?", g.e.ID, sh.ConversationID).
-			Order("join_gseq").Find(&rows).Error
-		if err != nil {
-			return nil, err
-		}
-		g.ivs = g.ivs[:0]
-		for _, r := range rows {
-			iv := chat.Interval{Join: r.JoinGseq}
-			if r.LeaveGseq != nil {
-				iv.Leave = *r.LeaveGseq
-			}
-			g.ivs = append(g.ivs, iv)
-		}
-		g.conv = sh.ConversationID
-	}
-	msgs, err := chat.ReadMessages(ctx, g.s.db, chat.Range{
-		Conversation: sh.ConversationID, Intervals: g.ivs, AsOf: g.e.SnapshotGseq, FromSeq: sh.FirstSeq, ToSeq: sh.LastSeq,
-	})
-	if err != nil {
-		return nil, err
-	}
-	if len(msgs) != sh.Messages {
-		return nil, &NondeterministicError{Shard: sh.N, RecordedMsgs: sh.Messages, GotMsgs: len(msgs), messagesDiffer: true}
-	}
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	for _, m := range msgs {
-		l := line{Attachments: m.Attachments, Body: m.Body, Conv: m.Conversation, Gseq: m.Gseq, Recalled: m.Recalled,
-			Sender: m.Sender, SentAt: m.SentAt.UTC().Format(sentAtLayout), Seq: m.Seq}
-		if l.Attachments == nil {
-			l.Attachments = []string{}
-		}
-		if err := enc.Encode(l); err != nil {
-			return nil, err
-		}
-	}
-	b := buf.Bytes()
-	if h := g.s.opts.Hooks.MutateShard; h != nil {
-		b = h(g.e.ID, sh.N, b)
-	}
-	return b, nil
-}
-
-// assemble streams the shards in order through gzip into the artifact's
-// multipart upload, hashing on the way, and returns its SHA-256 and size.
-// Memory is the writer's part buffers plus one copy buffer.
-func (s *Service) assemble(ctx context.Context, e models.Export, count int) (string, int64, error) {
-	// Uploads a killed run left unfinished would linger until the
-	// bucket's lifecycle rule; abort them now.
-	stale, err := s.store.ListMultipartUploads(ctx, prefix(e.ID))
-	if err != nil {
-		return "", 0, err
-	}
-	for _, u := range stale {
-		if err := s.store.AbortMultipart(ctx, u.Key, u.UploadID); err != nil {
-			return "", 0, err
-		}
-	}
-	w := s.store.NewWriter(ctx, artifactKey(e.ID), "application/gzip", s.opts.PartSize)
-	hash := sha256.New()
-	counter := &countingWriter{}
-	// The zero gzip.Header writes no name, mtime 0 and OS "unknown", so
-	// the bytes depend on the content alone.
-	zw, err := gzip.NewWriterLevel(io.MultiWriter(w, hash, counter), gzip.DefaultCompression)
-	if err != nil {
-		return "", 0, err
-	}
-	// One shard is fetched ahead while the previous one is compressed:
-	// at most three shards are in memory at once.
-	fctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	type fetched struct {
-		sh   models.ExportShard
-		data []byte
-	}
-	next := make(chan fetched, 1)
-	var fetchErr error
-	go func() {
-		defer close(next)
-		fetchErr = s.eachShard(fctx, e.ID, func(sh models.ExportShard) error {
-			rc, err := s.store.Get(fctx, shardKey(e.ID, sh.N))
-			if err != nil {
-				return err
-			}
-			var buf bytes.Buffer
-			if sh.Bytes != nil {
-				buf.Grow(int(*sh.Bytes) + bytes.MinRead)
-			}
-			_, err = buf.ReadFrom(rc)
-			rc.Close()
-			if err != nil {
-				return err
-			}
-			select {
-			case next <- fetched{sh, buf.Bytes()}:
-				return nil
-			case <-fctx.Done():
-				return fctx.Err()
-			}
-		})
-	}()
-	seen := 0
-	for f := range next {
-		sum := sha256.Sum256(f.data)
-		switch {
-		case f.sh.SHA256 == nil:
-			err = fmt.Errorf("shard %d has no recorded hash", f.sh.N)
-		case hex.EncodeToString(sum[:]) != *f.sh.SHA256:
-			err = fmt.Errorf("shard %d: %w", f.sh.N, errShardChanged)
-		default:
-			_, err = zw.Write(f.data)
-		}
-		if err == nil {
-			seen++
-			if h := s.opts.Hooks.Assembled; h != nil {
-				err = h(e.ID, f.sh.N)
-			}
-		}
-		if err != nil {
-			cancel()
-			for range next { // let the fetcher finish
-			}
-			break
-		}
-	}
-	if err == nil {
-		err = fetchErr // read after next is closed: the fetcher is done
-	}
-	if err == nil && seen != count {
-		err = fmt.Errorf("the plan has %d shards, %d were found", count, seen)
-	}
-	if err == nil {
-		err = zw.Close()
-	}
-	if err != nil {
-		w.Abort()
-		return "", 0, err
-	}
-	if err := w.Close(); err != nil {
-		return "", 0, err
-	}
-	return hex.EncodeToString(hash.Sum(nil)), counter.n, nil
-}
-
-type countingWriter struct{ n int64 }
-
-func (c *countingWriter) Write(p []byte) (int, error) {
-	c.n += int64(len(p))
-	return len(p), nil
-}
-
-// completedData is the export.completed event's data.
+// completedData is the export.completed event's data, with the times the
+// export was requested, started, finished and stops being downloadable.
 type completedData struct {
-	ExportID     string    `json:"export_id"`
-	UserID       string    `json:"user_id"`
-	Scope        string    `json:"scope"`
-	SnapshotGseq int64     `json:"snapshot_gseq"`
-	SHA256       string    `json:"sha256"`
-	Bytes        int64     `json:"bytes"`
-	CreatedAt    time.Time `json:"created_at"`
-	FinishedAt   time.Time `json:"finished_at"`
+	ExportID     string     `json:"export_id"`
+	UserID       string     `json:"user_id"`
+	Scope        string     `json:"scope"`
+	SnapshotGseq int64      `json:"snapshot_gseq"`
+	SHA256       string     `json:"sha256"`
+	Bytes        int64      `json:"bytes"`
+	CreatedAt    time.Time  `json:"created_at"`
+	StartedAt    *time.Time `json:"started_at,omitempty"`
+	FinishedAt   time.Time  `json:"finished_at"`
+	ExpiresAt    time.Time  `json:"expires_at"`
 }
 
 // finish records the artifact, the done state and the outbox row, and
@@ -630,7 +278,7 @@ func (s *Service) finish(ctx context.Context, j *jobs.Job, e models.Export, sum 
 		}
 		_, err := notify.Emit(ctx, tx, now, notify.Event{Type: notify.ExportCompleted, Subject: e.ID, UserID: e.UserID, Data: completedData{
 			ExportID: e.ID, UserID: e.UserID, Scope: e.Scope, SnapshotGseq: e.SnapshotGseq, SHA256: sum, Bytes: size,
-			CreatedAt: e.CreatedAt, FinishedAt: now,
+			CreatedAt: e.CreatedAt, StartedAt: e.StartedAt, FinishedAt: now, ExpiresAt: now.Add(s.opts.Retention),
 		}})
 		if err != nil {
 			return err
@@ -644,6 +292,7 @@ func (s *Service) finish(ctx context.Context, j *jobs.Job, e models.Export, sum 
 		s.purge(ctx, e.ID)
 		return nil
 	}
+	s.queue.Wake(notify.WakeDispatch)
 	s.metrics.finished.WithLabelValues(StateDone).Inc()
 	s.metrics.duration.Observe(now.Sub(e.CreatedAt).Seconds())
 	s.log.InfoContext(ctx, "export done", "export_id", e.ID, "sha256", sum, "bytes", size)
@@ -656,12 +305,16 @@ func (s *Service) finish(ctx context.Context, j *jobs.Job, e models.Export, sum 
 	return nil
 }
 
-// failedData is the export.failed event's data.
+// failedData is the export.failed event's data, with the times the export
+// was requested, started (absent if it never ran) and failed.
 type failedData struct {
-	ExportID string `json:"export_id"`
-	UserID   string `json:"user_id"`
-	Scope    string `json:"scope"`
-	Error    string `json:"error"`
+	ExportID  string     `json:"export_id"`
+	UserID    string     `json:"user_id"`
+	Scope     string     `json:"scope"`
+	Error     string     `json:"error"`
+	CreatedAt time.Time  `json:"created_at"`
+	StartedAt *time.Time `json:"started_at,omitempty"`
+	FailedAt  time.Time  `json:"failed_at"`
 }
 
 // fail records the failed state and the outbox row in one transaction,
@@ -682,10 +335,12 @@ func (s *Service) fail(ctx context.Context, j *jobs.Job, e models.Export, reason
 		}
 		failed = true
 		_, err := notify.Emit(ctx, tx, now, notify.Event{Type: notify.ExportFailed, Subject: e.ID, UserID: e.UserID,
-			Data: failedData{ExportID: e.ID, UserID: e.UserID, Scope: e.Scope, Error: reason}})
+			Data: failedData{ExportID: e.ID, UserID: e.UserID, Scope: e.Scope, Error: reason,
+				CreatedAt: e.CreatedAt, StartedAt: e.StartedAt, FailedAt: now}})
 		return err
 	})
 	if err == nil && failed {
+		s.queue.Wake(notify.WakeDispatch)
 		s.metrics.finished.WithLabelValues(StateFailed).Inc()
 		s.log.ErrorContext(ctx, "export failed", "export_id", e.ID, "reason", reason)
 	}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -44,7 +43,7 @@ func waitState(t *testing.T, q *Queue, kind, key, state string, within time.Dura
 
 func TestEnqueueIsIdempotent(t *testing.T) {
 	testenv.ForEachDB(t, func(t *testing.T, db *testenv.DB) {
-		q := NewQueue(db.DB, time.Now)
+		q := testenv.Must(NewQueue(QueueConfig{DB: db.DB, Now: time.Now}))
 		ctx := context.Background()
 		for i, want := range []bool{true, false, false} {
 			got, err := q.Enqueue(ctx, nil, Spec{Kind: "k", Key: "same", Payload: map[string]int{"i": i}})
@@ -68,7 +67,7 @@ func TestEnqueueIsIdempotent(t *testing.T) {
 // runs exactly once.
 func TestRacingWorkersRunEachJobOnce(t *testing.T) {
 	testenv.ForEachDB(t, func(t *testing.T, db *testenv.DB) {
-		q := NewQueue(db.DB, time.Now)
+		q := testenv.Must(NewQueue(QueueConfig{DB: db.DB, Now: time.Now}))
 		ctx := context.Background()
 
 		// Direct race on one job: 16 goroutines claim at once; one wins.
@@ -140,7 +139,7 @@ func TestRacingWorkersRunEachJobOnce(t *testing.T) {
 
 func TestFailingJobEndsFailedAfterMaxAttempts(t *testing.T) {
 	testenv.ForEachDB(t, func(t *testing.T, db *testenv.DB) {
-		q := NewQueue(db.DB, time.Now)
+		q := testenv.Must(NewQueue(QueueConfig{DB: db.DB, Now: time.Now}))
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		var calls atomic.Int32
@@ -164,9 +163,44 @@ func TestFailingJobEndsFailedAfterMaxAttempts(t *testing.T) {
 	})
 }
 
+// A store outage does not use up attempts: a job whose runs find S3 or the
+// database unreachable (Unavailable) waits and tries again, here seven
+// times with two attempts allowed, and then finishes; past its outage
+// budget the waits count as attempts and the job fails.
+func TestUnavailableStoreDoesNotUseUpAttempts(t *testing.T) {
+	testenv.ForEachDB(t, func(t *testing.T, db *testenv.DB) {
+		q := testenv.Must(NewQueue(QueueConfig{DB: db.DB, Now: time.Now}))
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		var calls atomic.Int32
+		r := newRunner(q, t, "w", 10*time.Second)
+		r.Handle("outage", func(ctx context.Context, j *Job) error {
+			if n := calls.Add(1); n <= 7 {
+				return Unavailable(fmt.Errorf("s3 down (run %d, attempt %d)", n, j.Attempt))
+			}
+			return nil
+		}, Options{MaxAttempts: 2, OutageBackoffMax: 20 * time.Millisecond})
+		r.Handle("long-outage", func(ctx context.Context, j *Job) error {
+			return Unavailable(errors.New("s3 down for good"))
+		}, Options{MaxAttempts: 2, OutageBackoffMax: 10 * time.Millisecond, OutageBudget: 3,
+			Backoff: func(int) time.Duration { return 10 * time.Millisecond }})
+		go r.Run(ctx, time.Second)
+		q.Enqueue(ctx, nil, Spec{Kind: "outage", Key: "x"})
+		q.Enqueue(ctx, nil, Spec{Kind: "long-outage", Key: "y"})
+		j := waitState(t, q, "outage", "x", StateDone, 20*time.Second)
+		if calls.Load() != 8 || j.Attempts != 1 || j.OutageWaits != 7 {
+			t.Fatalf("calls = %d, attempts = %d, outage waits = %d; want 8, 1, 7", calls.Load(), j.Attempts, j.OutageWaits)
+		}
+		f := waitState(t, q, "long-outage", "y", StateFailed, 20*time.Second)
+		if f.OutageWaits != 3 || f.Attempts != 2 {
+			t.Fatalf("past the budget: outage waits = %d, attempts = %d; want 3 and 2", f.OutageWaits, f.Attempts)
+		}
+	})
+}
+
 func TestPermanentErrorFailsAtOnce(t *testing.T) {
 	testenv.ForEachDB(t, func(t *testing.T, db *testenv.DB) {
-		q := NewQueue(db.DB, time.Now)
+		q := testenv.Must(NewQueue(QueueConfig{DB: db.DB, Now: time.Now}))
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		r := newRunner(q, t, "w", 10*time.Second)
@@ -200,7 +234,7 @@ func TestFencing(t *testing.T) {
 		var mu sync.Mutex
 		clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 		advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
-		q := NewQueue(db.DB, clock)
+		q := testenv.Must(NewQueue(QueueConfig{DB: db.DB, Now: clock}))
 		ctx := context.Background()
 		q.Enqueue(ctx, nil, Spec{Kind: "f", Key: "x"})
 		first, _ := q.claim(ctx, "f", "old", 1, time.Second)
@@ -236,7 +270,7 @@ func TestFencing(t *testing.T) {
 
 func TestHeartbeatKeepsLongJobOwned(t *testing.T) {
 	testenv.ForEachDB(t, func(t *testing.T, db *testenv.DB) {
-		q := NewQueue(db.DB, time.Now)
+		q := testenv.Must(NewQueue(QueueConfig{DB: db.DB, Now: time.Now}))
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		var runs atomic.Int32
@@ -265,7 +299,7 @@ func TestHeartbeatKeepsLongJobOwned(t *testing.T) {
 // handed back at once, without using up an attempt.
 func TestShutdownReleasesRunningJobs(t *testing.T) {
 	testenv.ForEachDB(t, func(t *testing.T, db *testenv.DB) {
-		q := NewQueue(db.DB, time.Now)
+		q := testenv.Must(NewQueue(QueueConfig{DB: db.DB, Now: time.Now}))
 		ctx, cancel := context.WithCancel(context.Background())
 		started := make(chan struct{})
 		r := newRunner(q, t, "w", time.Minute)
@@ -296,13 +330,12 @@ func TestShutdownReleasesRunningJobs(t *testing.T) {
 // longer finish it.
 func TestKilledWorkerJobIsReclaimed(t *testing.T) {
 	testenv.ForEachDB(t, func(t *testing.T, db *testenv.DB) {
-		q := NewQueue(db.DB, time.Now)
+		q := testenv.Must(NewQueue(QueueConfig{DB: db.DB, Now: time.Now}))
 		ctx := context.Background()
 		if _, err := q.Enqueue(ctx, nil, Spec{Kind: "crashy", Key: "x"}); err != nil {
 			t.Fatal(err)
 		}
-		cmd := exec.Command(os.Args[0], "-test.run=^TestWorkerProcess$", "-test.v")
-		cmd.Env = append(os.Environ(), "FERRY_JOBS_CHILD=1", "FERRY_JOBS_CHILD_DIALECT="+db.Dialect, "FERRY_JOBS_CHILD_DSN="+db.DSN)
+		cmd := testenv.Child("TestWorkerProcess", "FERRY_JOBS_CHILD=1", "FERRY_JOBS_CHILD_DIALECT="+db.Dialect, "FERRY_JOBS_CHILD_DSN="+db.DSN)
 		out, err := cmd.StdoutPipe()
 		if err != nil {
 			t.Fatal(err)
@@ -371,7 +404,7 @@ func TestWorkerProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	q := NewQueue(db, time.Now)
+	q := testenv.Must(NewQueue(QueueConfig{DB: db, Now: time.Now}))
 	r := newRunner(q, t, "child", 2*time.Second)
 	r.Handle("crashy", func(ctx context.Context, j *Job) error {
 		fmt.Printf("CLAIMED %d %d\n", j.ID, j.fence)
@@ -383,7 +416,7 @@ func TestWorkerProcess(t *testing.T) {
 
 func TestPeriodicJobRunsOncePerWindowAcrossRunners(t *testing.T) {
 	testenv.ForEachDB(t, func(t *testing.T, db *testenv.DB) {
-		q := NewQueue(db.DB, time.Now)
+		q := testenv.Must(NewQueue(QueueConfig{DB: db.DB, Now: time.Now}))
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		var runs atomic.Int32
@@ -414,7 +447,7 @@ func TestExponential(t *testing.T) {
 
 func TestCollectorReportsBacklog(t *testing.T) {
 	db := testenv.NewDB(t, "sqlite")
-	q := NewQueue(db.DB, time.Now)
+	q := testenv.Must(NewQueue(QueueConfig{DB: db.DB, Now: time.Now}))
 	ctx := context.Background()
 	for i := range 3 {
 		q.Enqueue(ctx, nil, Spec{Kind: "merge", Key: strconv.Itoa(i)})
@@ -432,4 +465,46 @@ ferry_jobs{kind="merge",state="queued"} 3
 `), "ferry_jobs"); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// Finished jobs past the retention are deleted by the runner's own hourly
+// job, counted in ferry_rows_pruned_total{table="jobs"}; queued, running
+// and recently finished ones stay.
+func TestFinishedJobsArePruned(t *testing.T) {
+	testenv.ForEachDB(t, func(t *testing.T, db *testenv.DB) {
+		q := testenv.Must(NewQueue(QueueConfig{DB: db.DB, Now: time.Now}))
+		ctx := context.Background()
+		old := models.Time(time.Now().Add(-10 * 24 * time.Hour))
+		for i := range 7 {
+			q.Enqueue(ctx, nil, Spec{Kind: "k", Key: fmt.Sprint(i)})
+		}
+		// 0-2 finished long ago, 3 failed long ago, 4 finished now, 5 queued, 6 running.
+		db.Model(&models.Job{}).Where("business_key IN ?", []string{"0", "1", "2"}).Updates(map[string]any{"state": StateDone, "finished_at": old})
+		db.Model(&models.Job{}).Where("business_key = ?", "3").Updates(map[string]any{"state": StateFailed, "finished_at": old})
+		db.Model(&models.Job{}).Where("business_key = ?", "4").Updates(map[string]any{"state": StateDone, "finished_at": models.Time(time.Now())})
+		db.Model(&models.Job{}).Where("business_key = ?", "6").Updates(map[string]any{"state": StateRunning})
+		reg := prometheus.NewRegistry()
+		r := NewRunner(q, RunnerConfig{Lease: time.Second, Poll: 20 * time.Millisecond, Log: testenv.Logger(t), Registerer: reg, Retention: 7 * 24 * time.Hour})
+		rctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { r.Run(rctx, time.Second); close(done) }()
+		deadline := time.Now().Add(20 * time.Second)
+		var left []string
+		for {
+			left = nil
+			db.Model(&models.Job{}).Where("kind = ?", "k").Order("business_key").Pluck("business_key", &left)
+			if len(left) == 3 || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		cancel()
+		<-done
+		if fmt.Sprint(left) != "[4 5 6]" {
+			t.Fatalf("jobs left %v, want [4 5 6]", left)
+		}
+		if n := testutil.ToFloat64(r.metrics.pruned.WithLabelValues("jobs")); n != 4 {
+			t.Fatalf("ferry_rows_pruned_total{table=jobs} = %v, want 4", n)
+		}
+	})
 }

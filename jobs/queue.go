@@ -34,11 +34,23 @@ type Queue struct {
 	wake map[string]chan struct{}
 }
 
-// NewQueue returns a queue over db. now is the clock (time.Now outside
-// tests); every replica's clock should be NTP-synchronised, since leases are
-// compared across them.
-func NewQueue(db *gorm.DB, now func() time.Time) *Queue {
-	return &Queue{db: db, now: now, wake: map[string]chan struct{}{}}
+// QueueConfig configures a Queue.
+type QueueConfig struct {
+	DB *gorm.DB // required
+	// Now is the clock; nil means time.Now. Every replica's clock should
+	// be NTP-synchronised, since leases are compared across them.
+	Now func() time.Time
+}
+
+// NewQueue returns a queue over c.DB.
+func NewQueue(c QueueConfig) (*Queue, error) {
+	if c.DB == nil {
+		return nil, errors.New("jobs: QueueConfig.DB is required")
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return &Queue{db: c.DB, now: c.Now, wake: map[string]chan struct{}{}}, nil
 }
 
 // Spec describes a job to enqueue.
@@ -107,6 +119,11 @@ func (q *Queue) Wake(kind string) {
 	}
 }
 
+// Woken returns the channel Wake(name) signals, for a loop of this
+// process that is not a job runner (the webhook dispatcher) but wants the
+// same prompt wake-ups. Each Wake is received by one listener.
+func (q *Queue) Woken(name string) <-chan struct{} { return q.wakeChan(name) }
+
 func (q *Queue) wakeChan(kind string) chan struct{} {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -116,6 +133,36 @@ func (q *Queue) wakeChan(kind string) chan struct{} {
 		q.wake[kind] = ch
 	}
 	return ch
+}
+
+// Again puts a finished (done or failed) job back in the queue with a fresh
+// attempt budget, inside db when it is a transaction, for work that must
+// run once more under the same key (an upload completed a second time). A
+// queued or running job is left alone. It reports whether it changed the
+// job; call Wake after the commit.
+func (q *Queue) Again(ctx context.Context, db *gorm.DB, kind, key string) (bool, error) {
+	if db == nil {
+		db = q.db
+	}
+	now := models.Time(q.now())
+	res := db.WithContext(ctx).Model(&models.Job{}).
+		Where("kind = ? AND business_key = ? AND state IN ?", kind, key, []string{StateDone, StateFailed}).
+		Updates(map[string]any{"state": StateQueued, "attempts": 0, "outage_waits": 0, "run_at": now,
+			"updated_at": now, "finished_at": nil, "last_error": nil})
+	return res.RowsAffected == 1, res.Error
+}
+
+// Prune deletes jobs that finished (done or failed) longer ago than
+// retention and returns how many. A job's unique key is free again once
+// its row is gone, which is what a long-finished job needs anyway.
+func (q *Queue) Prune(ctx context.Context, retention time.Duration) (int64, error) {
+	cutoff := models.Time(q.now().Add(-retention))
+	n, err := models.DeleteInBatches[int64](ctx, q.db, &models.Job{}, "id", "state IN ? AND finished_at < ?",
+		[]string{StateDone, StateFailed}, cutoff)
+	if err != nil {
+		return n, fmt.Errorf("jobs: prune: %w", err)
+	}
+	return n, nil
 }
 
 // Get returns the job (kind, key), or gorm.ErrRecordNotFound.
@@ -190,7 +237,7 @@ func (q *Queue) claim(ctx context.Context, kind, owner string, n int, lease time
 		}
 		out = append(out, &Job{
 			ID: row.ID, Kind: row.Kind, Key: row.BusinessKey, Payload: []byte(row.Payload),
-			Attempt: row.Attempts, MaxAttempts: row.MaxAttempts, fence: row.Fence, q: q,
+			Attempt: row.Attempts, MaxAttempts: row.MaxAttempts, OutageWaits: row.OutageWaits, fence: row.Fence, q: q,
 		})
 	}
 	return out, nil
@@ -237,6 +284,15 @@ func (q *Queue) reschedule(ctx context.Context, id, fence int64, at time.Time, r
 	})
 }
 
+// wait reschedules a job whose run found a store unreachable: the attempt
+// the claim took is given back, and the outage is counted instead.
+func (q *Queue) wait(ctx context.Context, id, fence int64, at time.Time, reason string) error {
+	return q.update(ctx, nil, id, fence, map[string]any{
+		"state": StateQueued, "run_at": models.Time(at), "lease_owner": nil, "lease_until": nil, "last_error": reason,
+		"attempts": gorm.Expr("attempts - 1"), "outage_waits": gorm.Expr("outage_waits + 1"),
+	})
+}
+
 // release hands a job back untouched (shutdown): the attempt it used is
 // returned, and it is due at once for any other worker.
 func (q *Queue) release(ctx context.Context, id, fence int64) error {
@@ -258,6 +314,7 @@ type Job struct {
 	Payload     []byte
 	Attempt     int // 1 on the first run
 	MaxAttempts int
+	OutageWaits int // earlier runs that found a store unreachable (not counted in Attempt)
 
 	fence    int64
 	q        *Queue

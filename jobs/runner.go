@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ferry-io/ferry/errkind"
 	"github.com/ferry-io/ferry/models"
 )
 
@@ -33,6 +34,12 @@ type Options struct {
 	// per interval window, and the unique key makes that one job across all
 	// replicas.
 	Every time.Duration
+	// OutageBackoffMax caps the wait between runs that found a store
+	// unreachable (default RunnerConfig.OutageBackoffMax), and OutageBudget bounds how many such
+	// waits a job takes before they count as attempts (default 1,440: a
+	// day of waits at the cap).
+	OutageBackoffMax time.Duration
+	OutageBudget     int
 }
 
 // Exponential returns a backoff of base·2^(n-1), capped at max.
@@ -53,6 +60,21 @@ func (e permanentError) Unwrap() error { return e.err }
 
 // Permanent marks err as not worth retrying: the job fails at once.
 func Permanent(err error) error { return permanentError{err} }
+
+type unavailableError struct{ err error }
+
+func (e unavailableError) Error() string { return e.err.Error() }
+func (e unavailableError) Unwrap() error { return e.err }
+
+// Unavailable marks err as caused by a store the job needs being
+// unreachable (S3 refusing connections, hanging, or answering 503; the
+// database gone). Errors of kind errkind.Unavailable, which s3store and
+// models give outages, count as such without it. Such a run does not use up an attempt: the job waits with
+// the outage backoff (2 s doubling to Options.OutageBackoffMax) and tries
+// again, for as long as Options.OutageBudget allows in all; an outage of
+// minutes therefore fails no job. Past the budget the run counts as an
+// ordinary failed attempt.
+func Unavailable(err error) error { return unavailableError{err} }
 
 type retryAfterError struct {
 	err   error
@@ -83,6 +105,8 @@ type Runner struct {
 	kinds   []*registration
 	metrics *metrics
 
+	outageMax time.Duration // default OutageBackoffMax
+
 	wg       sync.WaitGroup
 	mu       sync.Mutex
 	inflight map[int64]inflight
@@ -101,7 +125,17 @@ type RunnerConfig struct {
 	Log   *slog.Logger
 	// Registerer receives the queue metrics; nil registers nothing.
 	Registerer prometheus.Registerer
+	// OutageBackoffMax is the default Options.OutageBackoffMax for kinds
+	// that set none (default 1 min).
+	OutageBackoffMax time.Duration
+	// Retention, when set, makes the runner delete jobs finished (done or
+	// failed) longer ago than this, hourly (KindPrune). Unset keeps them.
+	Retention time.Duration
 }
+
+// KindPrune is the runner's own periodic job that deletes finished jobs
+// past RunnerConfig.Retention.
+const KindPrune = "jobs.prune"
 
 // NewRunner returns a runner over q.
 func NewRunner(q *Queue, cfg RunnerConfig) *Runner {
@@ -112,9 +146,29 @@ func NewRunner(q *Queue, cfg RunnerConfig) *Runner {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	return &Runner{
-		q: q, owner: cfg.Owner, log: cfg.Log, lease: cfg.Lease, poll: cfg.Poll,
+	if cfg.OutageBackoffMax <= 0 {
+		cfg.OutageBackoffMax = time.Minute
+	}
+	r := &Runner{
+		q: q, owner: cfg.Owner, log: cfg.Log, lease: cfg.Lease, poll: cfg.Poll, outageMax: cfg.OutageBackoffMax,
 		metrics: newMetrics(cfg.Registerer), inflight: map[int64]inflight{},
+	}
+	if cfg.Retention > 0 {
+		r.Handle(KindPrune, func(ctx context.Context, _ *Job) error {
+			n, err := q.Prune(ctx, cfg.Retention)
+			r.CountPruned("jobs", n)
+			return err
+		}, Options{Every: time.Hour, MaxAttempts: 1})
+	}
+	return r
+}
+
+// CountPruned adds n to ferry_rows_pruned_total{table}: every package's
+// periodic pruning reports the rows it deleted there, so one metric shows
+// that every table stays bounded.
+func (r *Runner) CountPruned(table string, n int64) {
+	if n > 0 {
+		r.metrics.pruned.WithLabelValues(table).Add(float64(n))
 	}
 }
 
@@ -131,6 +185,12 @@ func (r *Runner) Handle(kind string, h Handler, opts Options) {
 	}
 	if opts.Backoff == nil {
 		opts.Backoff = Exponential(time.Second, 5*time.Minute)
+	}
+	if opts.OutageBackoffMax <= 0 {
+		opts.OutageBackoffMax = r.outageMax
+	}
+	if opts.OutageBudget <= 0 {
+		opts.OutageBudget = 1440
 	}
 	r.kinds = append(r.kinds, &registration{kind: kind, handler: h, opts: opts, slots: make(chan struct{}, opts.Concurrency)})
 }
@@ -291,6 +351,15 @@ func (r *Runner) run(ctx context.Context, cancel context.CancelCauseFunc, reg *r
 
 	reason := err.Error()
 	var perm permanentError
+	var down unavailableError
+	if (errors.As(err, &down) || errors.Is(err, errkind.Unavailable)) && !errors.As(err, &perm) && j.OutageWaits < reg.opts.OutageBudget {
+		delay := Exponential(2*time.Second, reg.opts.OutageBackoffMax)(j.OutageWaits + 1)
+		serr := r.q.wait(bg, j.ID, j.fence, r.q.now().Add(delay), reason)
+		log.Warn("job waits for an unreachable store; the attempt is not used up", "err", err, "delay", delay,
+			"waits", j.OutageWaits+1, "record_err", serr)
+		r.metrics.outcome.WithLabelValues(j.Kind, "outage").Inc()
+		return
+	}
 	if errors.As(err, &perm) || j.Attempt >= j.MaxAttempts {
 		ferr := r.q.fail(bg, j.ID, j.fence, reason)
 		log.Error("job failed", "err", err, "record_err", ferr)
@@ -389,6 +458,7 @@ type metrics struct {
 	claimed  *prometheus.CounterVec
 	outcome  *prometheus.CounterVec
 	duration *prometheus.HistogramVec
+	pruned   *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -397,15 +467,18 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "ferry_jobs_claimed_total", Help: "Jobs claimed by this process, by kind.",
 		}, []string{"kind"}),
 		outcome: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "ferry_jobs_finished_total", Help: "Job runs by kind and outcome (done, retry, failed, lease_lost, released).",
+			Name: "ferry_jobs_finished_total", Help: "Job runs by kind and outcome (done, retry, outage, failed, lease_lost, released).",
 		}, []string{"kind", "outcome"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "ferry_job_duration_seconds", Help: "Handler run time by kind.",
 			Buckets: prometheus.ExponentialBuckets(0.01, 4, 10),
 		}, []string{"kind"}),
+		pruned: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ferry_rows_pruned_total", Help: "Rows deleted by periodic pruning after their retention, by table.",
+		}, []string{"table"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.claimed, m.outcome, m.duration)
+		reg.MustRegister(m.claimed, m.outcome, m.duration, m.pruned)
 	}
 	return m
 }

@@ -61,3 +61,12 @@ type ChatCounter struct {
 
 // TableName keeps GORM from guessing "chat_counters".
 func (ChatCounter) TableName() string { return "chat_counter" }
+
+// UserConversation is one conversation a user is or ever was a member of,
+// however many intervals they had in it: the rows GET /conversations
+// pages through, in the order of CreatedGseq (the conversation's).
+type UserConversation struct {
+	UserID         string `gorm:"primaryKey"`
+	ConversationID string `gorm:"primaryKey"`
+	CreatedGseq    int64
+}

@@ -2,7 +2,6 @@ package models
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/base32"
 	"errors"
 	"fmt"
@@ -18,6 +17,8 @@ import (
 	"gorm.io/driver/mysql"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
+
+	"github.com/ferry-io/ferry/internal/random"
 )
 
 // Dialects. They match config.DriverSQLite and config.DriverMySQL.
@@ -51,6 +52,9 @@ func Open(ctx context.Context, driver, dsn string, log *slog.Logger) (*gorm.DB, 
 	db, err := gorm.Open(dial, gcfg)
 	if err != nil {
 		return nil, fmt.Errorf("open %s database: %w", driver, describeDBError(err))
+	}
+	if err := registerUnavailable(db); err != nil {
+		return nil, err
 	}
 	sqlDB, err := db.DB()
 	if err != nil {
@@ -136,11 +140,7 @@ var idEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadd
 // "upl_3kq…". 15 random bytes give 120 bits: unguessable, so ids can appear
 // in URLs, and the prefix tells an upload from an export at a glance.
 func NewID(prefix string) string {
-	b := make([]byte, 15)
-	if _, err := rand.Read(b); err != nil {
-		panic("crypto/rand failed: " + err.Error()) // cannot happen on supported platforms
-	}
-	return prefix + "_" + idEncoding.EncodeToString(b)
+	return prefix + "_" + idEncoding.EncodeToString(random.Bytes(15))
 }
 
 // IsDuplicate reports whether err is a unique-constraint violation.

@@ -72,8 +72,24 @@ func dialectFuncs(dialect string) template.FuncMap {
 		"ts": pick("DATETIME(6)", "DATETIME"),
 		// text: up to 16 MiB of text.
 		"text": pick("MEDIUMTEXT", "TEXT"),
-		// opts: table options; binary collation so ids compare exactly.
+		// opts: table options. utf8mb4_bin is case- and accent-sensitive
+		// but PAD SPACE: 'abc' = 'abc ' on MySQL. Identity columns use
+		// exact instead.
 		"opts": pick("ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin", ""),
+		// exact N: a column of at most N bytes that compares byte for byte,
+		// for ids, keys, hashes and names: VARBINARY on MySQL, where every
+		// text collation of utf8mb4 that both MySQL 8 and MariaDB have pads
+		// with spaces; TEXT affinity (BINARY collation, exact) on SQLite.
+		"exact": func(n int) string {
+			if my {
+				return fmt.Sprintf("VARBINARY(%d)", n)
+			}
+			return fmt.Sprintf("VARCHAR(%d)", n)
+		},
+		// mysql: for the rare change the two engines spell differently
+		// ({{if mysql}}…{{else}}…{{end}}), such as making a column
+		// nullable, which SQLite can only do by rebuilding the table.
+		"mysql": func() bool { return my },
 	}
 }
 

@@ -14,16 +14,30 @@ type Upload struct {
 	PartCount   int
 	S3Key       string `gorm:"column:s3_key"`
 	S3UploadID  string `gorm:"column:s3_upload_id"`
+	Kind        string // how it came in: upload.KindNative, KindCompanion or KindPost
 	State       string
 	Instant     bool
 	ResumeKey   *string
 	ClientETags *string `gorm:"column:client_etags"`
-	Error       *string
-	FileID      *string
-	CreatedAt   time.Time
-	UpdatedAt   time.Time
-	ExpiresAt   time.Time
-	FinishedAt  *time.Time
+	// ChecksumAlgorithm is "CRC32C" when every part carries its CRC32C and
+	// S3 checks FullChecksum (the client's CRC32C of the whole file) at
+	// CompleteMultipartUpload; empty for uploads checked by Content-MD5 or
+	// not at all.
+	ChecksumAlgorithm string
+	FullChecksum      *string
+	Error             *string
+	FileID            *string
+	CreatedAt         time.Time
+	UpdatedAt         time.Time
+	ExpiresAt         time.Time
+	FinishedAt        *time.Time
+
+	// TicketID is the upload ticket that started the upload, if any;
+	// Metadata (a JSON object) is that ticket's trusted metadata, and
+	// ClientMetadata what the uploader sent at init.
+	TicketID       *string
+	Metadata       *string
+	ClientMetadata *string
 }
 
 // UploadPart is a part the client reported as uploaded.
@@ -37,18 +51,24 @@ type UploadPart struct {
 	UpdatedAt  time.Time
 }
 
-// Blob is verified content in the bucket, shared by Refs files.
+// Blob is content in the bucket, shared by Refs files. SHA256 is nil until
+// ferry has read the object and hashed it; only blobs with a SHA256 are in
+// the dedup index.
 type Blob struct {
-	ID        string `gorm:"primaryKey"`
-	SHA256    string `gorm:"column:sha256"`
-	Size      int64
-	S3Key     string `gorm:"column:s3_key"`
+	ID     string  `gorm:"primaryKey"`
+	SHA256 *string `gorm:"column:sha256"`
+	Size   int64
+	S3Key  string `gorm:"column:s3_key"`
+	// S3ETag is the object's ETag when ferry recorded it (at completion,
+	// and again when it hashed it); a different one means the object
+	// changed behind ferry's back.
+	S3ETag    string `gorm:"column:s3_etag"`
 	Refs      int
 	CreatedAt time.Time
 	UpdatedAt time.Time
 }
 
-// File is a verified file a user owns.
+// File is a file a user owns.
 type File struct {
 	ID          string `gorm:"primaryKey"`
 	UserID      string
@@ -57,8 +77,16 @@ type File struct {
 	Name        string
 	ContentType string
 	Size        int64
-	SHA256      string `gorm:"column:sha256"`
-	CreatedAt   time.Time
+	SHA256      string `gorm:"column:sha256"` // the uploader's claim until SHA256Verified
+	// SHA256Verified is set once ferry computed SHA256 from the stored
+	// bytes; until then the file reaches no one but its owner.
+	SHA256Verified bool `gorm:"column:sha256_verified"`
+	CreatedAt      time.Time
+
+	// TicketID, Metadata and ClientMetadata are the upload's (see Upload).
+	TicketID       *string
+	Metadata       *string
+	ClientMetadata *string
 }
 
 // UploadChallenge is a pending proof-of-possession challenge.
@@ -69,6 +97,9 @@ type UploadChallenge struct {
 	FileName    string
 	ContentType string
 	Ranges      string // JSON [{offset,length}]
+	Nonce       string // hex; every digest is SHA-256(nonce bytes || range bytes)
 	CreatedAt   time.Time
 	ExpiresAt   time.Time
+
+	ClientMetadata *string // JSON object, for the file a right answer makes
 }

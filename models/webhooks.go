@@ -9,12 +9,20 @@ type WebhookSubscription struct {
 	URL            string
 	Events         string // comma-separated event types
 	Secret         string // whsec_…, signs every delivery
-	PreviousSecret *string
-	PreviousUntil  *time.Time // the previous secret signs until then
 	Active         bool
 	DisabledReason *string
 	CreatedAt      time.Time
 	UpdatedAt      time.Time
+}
+
+// WebhookSecret is a secret a rotation took out of service; it keeps
+// signing beside the current one until ExpiresAt.
+type WebhookSecret struct {
+	ID             int64 `gorm:"primaryKey"`
+	SubscriptionID string
+	Secret         string
+	ExpiresAt      time.Time
+	CreatedAt      time.Time
 }
 
 // WebhookDelivery is one outbox event on its way to one subscription.

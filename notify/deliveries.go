@@ -7,6 +7,7 @@ import (
 
 	"gorm.io/gorm"
 
+	"github.com/ferry-io/ferry/errkind"
 	"github.com/ferry-io/ferry/jobs"
 	"github.com/ferry-io/ferry/models"
 )
@@ -44,15 +45,15 @@ const MaxDeliveriesListed = 200
 // Deliveries returns a subscription's most recent deliveries, newest
 // first, with their attempts.
 func (s *Service) Deliveries(ctx context.Context, subscriptionID string, limit int) ([]Delivery, error) {
+	if limit < 0 || limit > MaxDeliveriesListed {
+		return nil, errkind.Invalidf("invalid_limit", "limit must be from 1 to %d", MaxDeliveriesListed)
+	}
+	if limit == 0 {
+		limit = 50
+	}
 	db := s.db.WithContext(ctx)
 	if _, err := s.loadSubscription(db, subscriptionID); err != nil {
 		return nil, err
-	}
-	switch {
-	case limit <= 0:
-		limit = 50
-	case limit > MaxDeliveriesListed:
-		limit = MaxDeliveriesListed
 	}
 	var rows []models.WebhookDelivery
 	if err := db.Where("subscription_id = ?", subscriptionID).Order("created_at DESC, id DESC").Limit(limit).Find(&rows).Error; err != nil {

@@ -3,12 +3,14 @@ package notify_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -29,7 +31,7 @@ func TestRetriesFollowTheSchedule(t *testing.T) {
 	testenv.ForEachDB(t, func(t *testing.T, db *testenv.DB) {
 		t.Parallel()
 		schedule := []time.Duration{time.Second, 2 * time.Second, 3 * time.Second}
-		h := newHarness(t, db.DB, notify.Options{Schedule: schedule, AllowPrivate: true}).run()
+		h := newHarness(t, db.DB, notify.Config{Schedule: schedule, AllowPrivate: true}).run()
 		rec := newRecorder(t, func(n int, w http.ResponseWriter) {
 			if n <= 4 {
 				http.Error(w, "not yet", http.StatusInternalServerError)
@@ -102,7 +104,7 @@ func TestRetriesFollowTheSchedule(t *testing.T) {
 // schedule, and is ignored when it asks for less.
 func TestRetryAfterWhenLonger(t *testing.T) {
 	db := testenv.NewDB(t, models.SQLite)
-	h := newHarness(t, db.DB, notify.Options{Schedule: []time.Duration{time.Second}, AllowPrivate: true}).run()
+	h := newHarness(t, db.DB, notify.Config{Schedule: []time.Duration{time.Second}, AllowPrivate: true}).run()
 	rec := newRecorder(t, func(n int, w http.ResponseWriter) {
 		switch n {
 		case 1:
@@ -135,7 +137,7 @@ func TestRetryAfterWhenLonger(t *testing.T) {
 func TestFailedDeliveryRedeliver(t *testing.T) {
 	testenv.ForEachDB(t, func(t *testing.T, db *testenv.DB) {
 		t.Parallel()
-		h := newHarness(t, db.DB, notify.Options{Schedule: []time.Duration{100 * time.Millisecond, 200 * time.Millisecond}, MaxAttempts: 3, AllowPrivate: true}).run()
+		h := newHarness(t, db.DB, notify.Config{Schedule: []time.Duration{100 * time.Millisecond, 200 * time.Millisecond}, MaxAttempts: 3, AllowPrivate: true}).run()
 		addr := testenv.FreeAddr(t) // nothing listens here: connection refused
 		sub, _ := h.subscribe("http://"+addr+"/hooks", notify.UploadFailed)
 		id, payload := h.emit(notify.UploadFailed, map[string]string{"reason": "sha256 mismatch"})
@@ -205,7 +207,7 @@ func TestFailedDeliveryRedeliver(t *testing.T) {
 func TestGoneDisablesSubscription(t *testing.T) {
 	testenv.ForEachDB(t, func(t *testing.T, db *testenv.DB) {
 		t.Parallel()
-		h := newHarness(t, db.DB, notify.Options{Schedule: []time.Duration{100 * time.Millisecond}, AllowPrivate: true}).run()
+		h := newHarness(t, db.DB, notify.Config{Schedule: []time.Duration{100 * time.Millisecond}, AllowPrivate: true}).run()
 		gone := newRecorder(t, status(http.StatusGone))
 		ok := newRecorder(t, status(http.StatusOK))
 		sub, _ := h.subscribe(gone.URL)
@@ -244,7 +246,7 @@ func TestRotation(t *testing.T) {
 		var mu sync.Mutex
 		offset := time.Duration(0)
 		clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return time.Now().Add(offset) }
-		h := newHarness(t, db.DB, notify.Options{AllowPrivate: true, Now: clock}).run()
+		h := newHarness(t, db.DB, notify.Config{AllowPrivate: true, Now: clock}).run()
 		rec := newRecorder(t, status(http.StatusOK))
 		sub, oldSecret := h.subscribe(rec.URL)
 		rotated, newSecret, err := h.svc.RotateSecret(context.Background(), sub.ID, nil)
@@ -254,8 +256,8 @@ func TestRotation(t *testing.T) {
 		if newSecret == oldSecret || !strings.HasPrefix(newSecret, "whsec_") {
 			t.Fatalf("new secret %q", newSecret)
 		}
-		if rotated.PreviousSecretUntil == nil || rotated.PreviousSecretUntil.Sub(clock()) < 23*time.Hour {
-			t.Fatalf("previous secret until %v, want about 24h from now", rotated.PreviousSecretUntil)
+		if rotated.PreviousSecretUntil() == nil || rotated.PreviousSecretUntil().Sub(clock()) < 23*time.Hour {
+			t.Fatalf("previous secret until %v, want about 24h from now", rotated.PreviousSecretUntil())
 		}
 		verify := func(secret string, hit hit) error {
 			v, err := receiver.NewVerifier(secret)
@@ -286,8 +288,8 @@ func TestRotation(t *testing.T) {
 		mu.Lock()
 		offset = 24*time.Hour + time.Minute
 		mu.Unlock()
-		if s, _ := h.svc.GetSubscription(context.Background(), sub.ID); s.PreviousSecretUntil != nil {
-			t.Fatalf("grace still shown after it ended: %v", s.PreviousSecretUntil)
+		if s, _ := h.svc.GetSubscription(context.Background(), sub.ID); s.PreviousSecretUntil() != nil {
+			t.Fatalf("grace still shown after it ended: %v", s.PreviousSecretsUntil)
 		}
 		id2, _ := h.emit(notify.UploadCompleted, map[string]int{"n": 2})
 		h.waitDelivery(sub.ID, id2, notify.StateDelivered, 30*time.Second)
@@ -304,7 +306,7 @@ func TestRotation(t *testing.T) {
 
 		// A rotation without grace drops the old secret at once.
 		zero := time.Duration(0)
-		if s, third, err := h.svc.RotateSecret(context.Background(), sub.ID, &zero); err != nil || s.PreviousSecretUntil != nil || third == newSecret {
+		if s, third, err := h.svc.RotateSecret(context.Background(), sub.ID, &zero); err != nil || s.PreviousSecretUntil() != nil || third == newSecret {
 			t.Fatalf("rotate without grace: %+v %v", s, err)
 		}
 	})
@@ -315,7 +317,7 @@ func TestRotation(t *testing.T) {
 func TestDispatchFanOutExactlyOnce(t *testing.T) {
 	testenv.ForEachDB(t, func(t *testing.T, db *testenv.DB) {
 		t.Parallel()
-		h := newHarness(t, db.DB, notify.Options{AllowPrivate: true})
+		h := newHarness(t, db.DB, notify.Config{AllowPrivate: true})
 		uploads, _ := h.subscribe("http://127.0.0.1:1/a", notify.UploadCompleted)
 		both, _ := h.subscribe("http://127.0.0.1:1/b", notify.UploadCompleted, notify.ExportCompleted)
 		h.subscribe("http://127.0.0.1:1/c", notify.ExportFailed)
@@ -330,7 +332,7 @@ func TestDispatchFanOutExactlyOnce(t *testing.T) {
 		// Eight dispatchers on separate services race for the same events.
 		var wg sync.WaitGroup
 		for range 8 {
-			other := newHarness(t, db.DB, notify.Options{})
+			other := newHarness(t, db.DB, notify.Config{})
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -370,7 +372,7 @@ func TestDispatchFanOutExactlyOnce(t *testing.T) {
 
 func TestSubscriptionValidationAndAdmin(t *testing.T) {
 	db := testenv.NewDB(t, models.SQLite)
-	h := newHarness(t, db.DB, notify.Options{AllowPrivate: true})
+	h := newHarness(t, db.DB, notify.Config{AllowPrivate: true})
 	ctx := context.Background()
 	for _, tc := range []struct {
 		url    string
@@ -436,7 +438,7 @@ func TestSubscriptionValidationAndAdmin(t *testing.T) {
 // more than 64 KiB of the answer.
 func TestAttemptLimits(t *testing.T) {
 	db := testenv.NewDB(t, models.SQLite)
-	h := newHarness(t, db.DB, notify.Options{AllowPrivate: true, MaxAttempts: 1, Timeout: 2 * time.Second}).run()
+	h := newHarness(t, db.DB, notify.Config{AllowPrivate: true, MaxAttempts: 1, Timeout: 2 * time.Second}).run()
 	target := newRecorder(t, status(http.StatusOK))
 	for _, tc := range []struct {
 		name   string
@@ -483,4 +485,126 @@ func TestAttemptLimits(t *testing.T) {
 	if n := len(target.got()); n != 0 {
 		t.Fatalf("the redirect was followed (%d requests)", n)
 	}
+}
+
+// A subscription disabled by a 410 can be enabled again: later events are
+// delivered to it, the failed delivery stays failed (redeliver it by
+// hand), and enabling is refused while another active subscription sends
+// the same events to the same endpoint.
+func TestEnableAfterGone(t *testing.T) {
+	testenv.ForEachDB(t, func(t *testing.T, db *testenv.DB) {
+		t.Parallel()
+		h := newHarness(t, db.DB, notify.Config{Schedule: []time.Duration{100 * time.Millisecond}, AllowPrivate: true}).run()
+		var gone atomic.Bool
+		gone.Store(true)
+		rec := newRecorder(t, func(n int, w http.ResponseWriter) {
+			if gone.Load() {
+				w.WriteHeader(http.StatusGone)
+				return
+			}
+			w.WriteHeader(http.StatusOK)
+		})
+		sub, _ := h.subscribe(rec.URL)
+		id, _ := h.emit(notify.UploadCompleted, map[string]int{"n": 1})
+		first := h.waitDelivery(sub.ID, id, notify.StateFailed, 30*time.Second)
+		ctx := context.Background()
+		if s, _ := h.svc.GetSubscription(ctx, sub.ID); s.Active {
+			t.Fatal("the 410 did not disable the subscription")
+		}
+
+		// While it is off, someone subscribes the same endpoint again.
+		twin, _ := h.subscribe(rec.URL)
+		if _, err := h.svc.EnableSubscription(ctx, sub.ID); !errors.Is(err, errkind.Conflict) {
+			t.Fatalf("enable beside an active twin: %v, want webhook_exists", err)
+		}
+		if err := h.svc.DeleteSubscription(ctx, twin.ID); err != nil {
+			t.Fatal(err)
+		}
+
+		gone.Store(false)
+		s, err := h.svc.EnableSubscription(ctx, sub.ID)
+		if err != nil || !s.Active || s.DisabledReason != "" {
+			t.Fatalf("enable = %+v %v", s, err)
+		}
+		if again, err := h.svc.EnableSubscription(ctx, sub.ID); err != nil || !again.Active {
+			t.Fatalf("enable again = %+v %v", again, err)
+		}
+		id2, _ := h.emit(notify.UploadCompleted, map[string]int{"n": 2})
+		h.waitDelivery(sub.ID, id2, notify.StateDelivered, 30*time.Second)
+		if d, _ := h.delivery(sub.ID, id); d.State != notify.StateFailed || d.ID != first.ID {
+			t.Fatalf("the delivery that failed while disabled is %s, want still failed", d.State)
+		}
+		if _, err := h.svc.Redeliver(ctx, first.ID); err != nil {
+			t.Fatalf("redeliver after enabling: %v", err)
+		}
+		h.waitDelivery(sub.ID, id, notify.StateDelivered, 30*time.Second)
+		if _, err := h.svc.EnableSubscription(ctx, "whk_nosuch"); !errors.Is(err, errkind.NotFound) {
+			t.Fatalf("enable of no subscription: %v", err)
+		}
+	})
+}
+
+// Emitting an event and waking the dispatcher delivers it within a moment
+// of the state change, not at the next poll (here an hour away).
+func TestEmitWakesTheDispatcher(t *testing.T) {
+	testenv.ForEachDB(t, func(t *testing.T, db *testenv.DB) {
+		t.Parallel()
+		h := newHarness(t, db.DB, notify.Config{Schedule: []time.Duration{time.Second}, AllowPrivate: true, Poll: time.Hour}).run()
+		rec := newRecorder(t, status(http.StatusOK))
+		sub, _ := h.subscribe(rec.URL)
+		time.Sleep(200 * time.Millisecond) // the dispatcher's first pass is over
+		start := time.Now()
+		id, _ := h.emit(notify.UploadCompleted, map[string]int{"n": 1})
+		h.q.Wake(notify.WakeDispatch) // what emitting code does after its commit
+		h.waitDelivery(sub.ID, id, notify.StateDelivered, 10*time.Second)
+		if took := time.Since(start); took > time.Second {
+			t.Fatalf("delivered %s after the event; want well under a second", took)
+		}
+		t.Logf("delivered %s after the event", time.Since(start).Round(time.Millisecond))
+	})
+}
+
+// Webhook history past the retention is pruned: finished deliveries with
+// their attempts, and outbox events no delivery refers to; a pending
+// delivery and its event stay, and so does recent history.
+func TestWebhookHistoryIsPruned(t *testing.T) {
+	testenv.ForEachDB(t, func(t *testing.T, db *testenv.DB) {
+		t.Parallel()
+		now := time.Now()
+		h := newHarness(t, db.DB, notify.Config{AllowPrivate: true, Retention: 30 * 24 * time.Hour})
+		old := models.Time(now.Add(-40 * 24 * time.Hour))
+		mk := func(id, state string, at time.Time) {
+			ev := models.OutboxEvent{ID: "evt_" + id, Type: notify.UploadCompleted, Subject: "s", UserID: "u", Payload: "{}", CreatedAt: at, DispatchedAt: &at}
+			if err := db.Create(&ev).Error; err != nil {
+				t.Fatal(err)
+			}
+			if state == "" {
+				return
+			}
+			d := models.WebhookDelivery{ID: "dlv_" + id, SubscriptionID: "whk_x", EventID: ev.ID, EventType: ev.Type, State: state, Round: 1, CreatedAt: at, UpdatedAt: at}
+			if err := db.Create(&d).Error; err != nil {
+				t.Fatal(err)
+			}
+			db.Create(&models.WebhookAttempt{DeliveryID: d.ID, Round: 1, Attempt: 1, StartedAt: at, Status: 200})
+			db.Create(&models.WebhookAttempt{DeliveryID: d.ID, Round: 1, Attempt: 2, StartedAt: at, Status: 500})
+		}
+		mk("old_delivered", notify.StateDelivered, old)
+		mk("old_failed", notify.StateFailed, old)
+		mk("old_pending", notify.StatePending, old)
+		mk("old_no_subscriber", "", old)
+		mk("new_delivered", notify.StateDelivered, models.Time(now))
+		rep, err := h.svc.Prune(context.Background())
+		if err != nil || rep != (notify.PruneReport{Deliveries: 2, Attempts: 4, Events: 3}) {
+			t.Fatalf("prune = %+v %v, want 2 deliveries, 4 attempts, 3 events", rep, err)
+		}
+		var events, deliveries []string
+		db.Model(&models.OutboxEvent{}).Order("id").Pluck("id", &events)
+		db.Model(&models.WebhookDelivery{}).Order("id").Pluck("id", &deliveries)
+		if fmt.Sprint(events) != "[evt_new_delivered evt_old_pending]" || fmt.Sprint(deliveries) != "[dlv_new_delivered dlv_old_pending]" {
+			t.Fatalf("left events %v, deliveries %v", events, deliveries)
+		}
+		if again, _ := h.svc.Prune(context.Background()); again != (notify.PruneReport{}) {
+			t.Fatalf("a second prune deleted %+v", again)
+		}
+	})
 }

@@ -17,9 +17,14 @@ import (
 // dispatchBatch is how many outbox events one pass takes.
 const dispatchBatch = 100
 
+// WakeDispatch is the name, for jobs.Queue.Wake, that wakes the local
+// webhook dispatcher. Code that emitted an event calls
+// queue.Wake(notify.WakeDispatch) after its commit, so the event is
+// fanned out and delivered at once rather than at the next poll.
+const WakeDispatch = "notify.dispatch"
+
 // Kick asks the dispatcher to look at the outbox now instead of at its
-// next poll. Code that emitted an event may call it after its commit; it
-// never blocks.
+// next poll; it never blocks.
 func (s *Service) Kick() {
 	select {
 	case s.kick <- struct{}{}:
@@ -32,12 +37,14 @@ func (s *Service) Kick() {
 func (s *Service) RunDispatcher(ctx context.Context) {
 	t := time.NewTimer(0)
 	defer t.Stop()
+	woken := s.q.Woken(WakeDispatch)
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		case <-s.kick:
+		case <-woken:
 		}
 		for range 100 { // drain a burst, but let ctx be checked now and then
 			n, err := s.Dispatch(ctx)

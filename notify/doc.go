@@ -18,16 +18,19 @@
 //     attempt POSTs the outbox payload bytes unchanged, with the Standard
 //     Webhooks headers: webhook-id (the event id, the same on every attempt
 //     and every redelivery), webhook-timestamp (fresh on every attempt) and
-//     webhook-signature ("v1,<base64 HMAC-SHA256(key, id.ts.body)>", two of
-//     them while a rotated-out secret is in its grace period). Any 2xx is
-//     delivered. Anything else is retried after the stepped schedule's
-//     next delay, or the receiver's Retry-After when longer, until
-//     Options.MaxAttempts; then the delivery is failed, visible in the
-//     admin API and redeliverable. A 410 fails the delivery and disables
-//     the subscription. Every attempt is recorded with its time, status,
-//     error and duration.
-//   - Receivers verify, deduplicate on webhook-id, process and record, in
-//     that order; package notify/receiver does it for Go backends.
+//     webhook-signature ("v1,<base64 HMAC-SHA256(key, id.ts.body)>", one
+//     more for each rotated-out secret still in its own grace period, at
+//     most MaxPreviousSecrets). A 2xx whose answer (up to 64 KiB of it)
+//     arrived within the attempt's timeout is delivered. Anything else is
+//     retried after the stepped schedule's next delay, or the receiver's
+//     Retry-After when longer, until Config.MaxAttempts; then the
+//     delivery is failed, visible in the admin API and redeliverable. A
+//     410 fails the delivery and disables the subscription; a target the
+//     SSRF guard refuses fails it at once. Every attempt is recorded with
+//     its time, status, error and duration, while its delivery exists.
+//   - Receivers verify, claim the webhook-id, process and mark it done,
+//     in that order, without depending on ferry still waiting; package
+//     notify/receiver does it for Go backends.
 //
 // Delivery is at least once: a worker that dies after the receiver
 // answered but before recording it leaves the job to be retried, with the
@@ -35,9 +38,18 @@
 //
 // Requests time out after 10 s, follow no redirects, use no proxy and read
 // at most 64 KiB of the answer. Targets are guarded against SSRF at dial
-// time: the host is resolved once, every address must be public (not
-// loopback, private, link-local, shared, documentation, multicast or
-// metadata), and the connection goes to a checked address, so a name that
-// rebinds to an internal address after registration is still refused.
-// Options.AllowPrivate lifts the check for tests and development.
+// time: the host is resolved once, every address must be public (outside
+// every block of the IANA IPv4 and IPv6 special-purpose registries, and
+// for IPv6 inside global unicast; an IPv6 form that embeds an IPv4
+// address, such as IPv4-mapped, NAT64, 6to4 or Teredo, is judged by that
+// IPv4 address), and the connection goes to a checked address, so a name
+// that rebinds to an internal address after registration is still
+// refused. Config.AllowPrivate lifts the check for tests and development.
+// Registration also refuses URLs that could never be delivered to: ports
+// outside 1–65535, spaces or control characters, interface zones, and a
+// second active subscription sending the same event to the same URL.
+//
+// Logs name a subscription subscription_id and an event webhook_id (the
+// header receivers see), and never carry a subscription's URL, which may
+// hold the receiver's own token.
 package notify

@@ -26,14 +26,15 @@ type harness struct {
 	lease time.Duration // the job lease of the runner start makes
 }
 
-func newHarness(t *testing.T, db *gorm.DB, o notify.Options) *harness {
+func newHarness(t *testing.T, db *gorm.DB, o notify.Config, opts ...notify.Option) *harness {
 	t.Helper()
 	if o.Poll == 0 {
 		o.Poll = 50 * time.Millisecond
 	}
 	o.Log = testenv.Logger(t)
-	q := jobs.NewQueue(db, time.Now)
-	return &harness{t: t, db: db, q: q, svc: notify.New(db, q, o), lease: 10 * time.Second}
+	q := testenv.Must(jobs.NewQueue(jobs.QueueConfig{DB: db, Now: time.Now}))
+	o.DB, o.Queue = db, q
+	return &harness{t: t, db: db, q: q, svc: testenv.Must(notify.New(o, opts...)), lease: 10 * time.Second}
 }
 
 // start runs the job runner and the dispatcher until ctx ends; wait

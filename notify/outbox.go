@@ -17,6 +17,9 @@ const (
 	UploadFailed    = "upload.failed"
 	ExportCompleted = "export.completed"
 	ExportFailed    = "export.failed"
+	// UserDeleted is emitted once, in the transaction that erases a user
+	// (package erasure); its subject and user_id are the erased user's.
+	UserDeleted = "user.deleted"
 )
 
 // Event is one notification to record.

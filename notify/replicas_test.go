@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -57,7 +56,7 @@ func newCountingReceiver(t *testing.T, secret string) (*countingReceiver, string
 // exists only once the subscription does, so the URL is filled in after.
 func (h *harness) subscribeCounting(events ...string) (notify.Subscription, *countingReceiver) {
 	h.t.Helper()
-	sub, secret := h.subscribe("http://127.0.0.1:1/placeholder", events...)
+	sub, secret := h.subscribe("http://127.0.0.1:1/placeholder/"+testenv.RandomHex(4), events...)
 	recv, u := newCountingReceiver(h.t, secret)
 	if err := h.db.Exec("UPDATE webhook_subscriptions SET url = ? WHERE id = ?", u, sub.ID).Error; err != nil {
 		h.t.Fatal(err)
@@ -91,7 +90,7 @@ func (c *countingReceiver) counts(id string) (arrived, processed int) {
 // each receiver processes each webhook-id once.
 func TestThreeSenderProcesses(t *testing.T) {
 	testenv.ForEachDB(t, func(t *testing.T, db *testenv.DB) {
-		h := newHarness(t, db.DB, notify.Options{AllowPrivate: true}) // admin side only; the children send
+		h := newHarness(t, db.DB, notify.Config{AllowPrivate: true}) // admin side only; the children send
 		_, recvA := h.subscribeCounting(notify.UploadCompleted, notify.ExportCompleted)
 		_, recvB := h.subscribeCounting(notify.UploadCompleted)
 
@@ -161,9 +160,7 @@ func TestThreeSenderProcesses(t *testing.T) {
 // is closed when the child has exited.
 func startSender(t *testing.T, db *testenv.DB, n int, env ...string) <-chan struct{} {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestSenderProcess$")
-	cmd.Env = append(os.Environ(), "FERRY_NOTIFY_CHILD=1", "FERRY_NOTIFY_CHILD_DIALECT="+db.Dialect, "FERRY_NOTIFY_CHILD_DSN="+db.DSN)
-	cmd.Env = append(cmd.Env, env...)
+	cmd := testenv.Child("TestSenderProcess", append([]string{"FERRY_NOTIFY_CHILD=1", "FERRY_NOTIFY_CHILD_DIALECT=" + db.Dialect, "FERRY_NOTIFY_CHILD_DSN=" + db.DSN}, env...)...)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -214,7 +211,7 @@ func startSender(t *testing.T, db *testenv.DB, n int, env ...string) <-chan stru
 // answers 2xx without processing it a second time.
 func TestSenderKilledAfterSending(t *testing.T) {
 	testenv.ForEachDB(t, func(t *testing.T, db *testenv.DB) {
-		h := newHarness(t, db.DB, notify.Options{AllowPrivate: true})
+		h := newHarness(t, db.DB, notify.Config{AllowPrivate: true})
 		sub, recv := h.subscribeCounting()
 		id := h.crashAfterSending(db, "FERRY_NOTIFY_CHILD_LEASE=2s")
 		if arrived, processed := recv.counts(id); arrived != 1 || processed != 1 {
@@ -243,7 +240,7 @@ func TestSenderKilledAfterSending(t *testing.T) {
 // attempt budget or leaving it pending forever; it can be redelivered.
 func TestSenderLostOnLastAttempt(t *testing.T) {
 	testenv.ForEachDB(t, func(t *testing.T, db *testenv.DB) {
-		h := newHarness(t, db.DB, notify.Options{AllowPrivate: true})
+		h := newHarness(t, db.DB, notify.Config{AllowPrivate: true})
 		sub, recv := h.subscribeCounting()
 		id := h.crashAfterSending(db, "FERRY_NOTIFY_CHILD_LEASE=2s", "FERRY_NOTIFY_CHILD_MAX_ATTEMPTS=1")
 		startSender(t, db, 1, "FERRY_NOTIFY_CHILD_LEASE=2s", "FERRY_NOTIFY_CHILD_MAX_ATTEMPTS=1")
@@ -281,18 +278,19 @@ func TestSenderProcess(t *testing.T) {
 		io.Copy(io.Discard, os.Stdin)
 		cancel()
 	}()
-	o := notify.Options{AllowPrivate: true, Poll: 20 * time.Millisecond}
+	o := notify.Config{AllowPrivate: true, Poll: 20 * time.Millisecond}
 	if v := os.Getenv("FERRY_NOTIFY_CHILD_MAX_ATTEMPTS"); v != "" {
 		if o.MaxAttempts, err = strconv.Atoi(v); err != nil {
 			t.Fatal(err)
 		}
 	}
+	var opts []notify.Option
 	if os.Getenv("FERRY_NOTIFY_CHILD_CRASH") == "1" {
 		// Die the moment the receiver has answered, before anything is
 		// recorded.
-		o.AfterSend = func(string, int) { syscall.Kill(os.Getpid(), syscall.SIGKILL) }
+		opts = append(opts, notify.WithAfterSend(func(string, int) { syscall.Kill(os.Getpid(), syscall.SIGKILL) }))
 	}
-	h := newHarness(t, db, o)
+	h := newHarness(t, db, o, opts...)
 	if v := os.Getenv("FERRY_NOTIFY_CHILD_LEASE"); v != "" {
 		if h.lease, err = time.ParseDuration(v); err != nil {
 			t.Fatal(err)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -14,6 +15,7 @@ import (
 	"unicode/utf8"
 
 	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
 
 	"github.com/ferry-io/ferry/jobs"
 	"github.com/ferry-io/ferry/models"
@@ -31,10 +33,11 @@ type result struct {
 	status     int // 0: no response
 	err        string
 	retryAfter time.Duration
+	incomplete bool   // the answer's body did not arrive in time
 	outcome    string // metrics label
 }
 
-func (r result) ok() bool { return r.status >= 200 && r.status < 300 }
+func (r result) ok() bool { return r.status >= 200 && r.status < 300 && !r.incomplete }
 
 // deliver is the KindDeliver job handler: one attempt of one delivery.
 func (s *Service) deliver(ctx context.Context, j *jobs.Job) error {
@@ -76,9 +79,13 @@ func (s *Service) deliver(ctx context.Context, j *jobs.Job) error {
 		return fmt.Errorf("notify: outbox event %s: %w", d.EventID, err)
 	}
 
-	res := s.send(ctx, sub, ev.ID, []byte(ev.Payload))
-	if s.o.AfterSend != nil {
-		s.o.AfterSend(d.ID, res.status)
+	prev, err := previousSecrets(db, s.now(), sub.ID)
+	if err != nil {
+		return err
+	}
+	res := s.send(ctx, sub, prev[sub.ID], ev.ID, []byte(ev.Payload))
+	if s.afterSend != nil {
+		s.afterSend(d.ID, res.status)
 	}
 	if ctx.Err() != nil {
 		// Shutdown or a lost lease cut the attempt short; the job runner
@@ -99,6 +106,11 @@ func (s *Service) deliver(ctx context.Context, j *jobs.Job) error {
 		return s.finish(ctx, j, &d, &res, StateDelivered, "")
 	case res.status == http.StatusGone:
 		log.WarnContext(ctx, "webhook receiver answered 410 Gone; disabling the webhook")
+		return s.finish(ctx, j, &d, &res, StateFailed, "")
+	case res.outcome == "blocked":
+		// The target resolves to an address ferry never dials; retrying
+		// only repeats the refusal. Fixed DNS, or a redelivery, resumes.
+		log.WarnContext(ctx, "webhook target refused by the SSRF guard; delivery failed", "err", res.err)
 		return s.finish(ctx, j, &d, &res, StateFailed, "")
 	case j.Attempt >= s.o.MaxAttempts:
 		log.WarnContext(ctx, "webhook delivery failed after the last attempt", "status", res.status, "err", res.err)
@@ -168,7 +180,10 @@ func (s *Service) finish(ctx context.Context, j *jobs.Job, d *models.WebhookDeli
 
 // recordAttempt writes the attempt on its own, outside the fenced state
 // change: an attempt that happened is history even if a newer worker
-// owns the delivery by now.
+// owns the delivery by now. It is written only while the delivery exists,
+// with the delivery row locked, so an attempt that was in flight when its
+// subscription was deleted leaves no orphan row (DeleteSubscription locks
+// the same rows before it deletes).
 func (s *Service) recordAttempt(ctx context.Context, d *models.WebhookDelivery, round, n int, res result) error {
 	a := models.WebhookAttempt{
 		DeliveryID: d.ID, Round: round, Attempt: n, StartedAt: models.Time(res.started),
@@ -178,14 +193,25 @@ func (s *Service) recordAttempt(ctx context.Context, d *models.WebhookDelivery, 
 		e := truncate(res.err, 1024)
 		a.Error = &e
 	}
-	return s.db.WithContext(ctx).Create(&a).Error
+	return s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		var ids []string
+		if err := tx.Model(&models.WebhookDelivery{}).Clauses(clause.Locking{Strength: "UPDATE"}).
+			Where("id = ?", d.ID).Pluck("id", &ids).Error; err != nil {
+			return err
+		}
+		if len(ids) == 0 {
+			return nil // deleted with its subscription during the attempt
+		}
+		return tx.Create(&a).Error
+	})
 }
 
-// send makes one signed POST of body to the subscription's URL.
-func (s *Service) send(ctx context.Context, sub *models.WebhookSubscription, id string, body []byte) result {
+// send makes one signed POST of body to the subscription's URL, signed
+// with its current secret and with each rotated-out one in prev.
+func (s *Service) send(ctx context.Context, sub *models.WebhookSubscription, prev []models.WebhookSecret, id string, body []byte) result {
 	now := s.now()
 	res := result{started: now}
-	keys, err := signingKeys(sub, now)
+	keys, err := signingKeys(sub, prev)
 	if err != nil {
 		res.err, res.outcome = err.Error(), "error"
 		return res
@@ -223,6 +249,16 @@ func (s *Service) send(ctx context.Context, sub *models.WebhookSubscription, id 
 	resp.Body.Close()
 	res.duration = time.Since(start)
 	res.status = resp.StatusCode
+	if rerr != nil {
+		// The answer is complete when its body (or the first 64 KiB of
+		// it) has arrived within the attempt's time. A 2xx whose body
+		// trickles past the timeout, or breaks off, is no answer: the
+		// receiver may not have finished, and a retry is what tells.
+		res.incomplete = true
+		res.outcome = "network_error"
+		res.err = "HTTP " + strconv.Itoa(res.status) + " but reading the answer failed: " + describeSendError(rerr)
+		return res
+	}
 	switch {
 	case res.ok():
 		res.outcome = "delivered"
@@ -237,21 +273,18 @@ func (s *Service) send(ctx context.Context, sub *models.WebhookSubscription, id 
 		}
 		res.retryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), s.now())
 	}
-	if rerr != nil && res.ok() {
-		// The status counts; a body cut short afterwards does not undo it.
-		res.err = "reading the answer: " + rerr.Error()
-	}
 	return res
 }
 
 // describeSendError keeps an attempt's error short and free of the URL,
 // which the admin already knows.
 func describeSendError(err error) string {
+	var ne net.Error
+	if errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
+		return "timed out"
+	}
 	var ue *url.Error
 	if errors.As(err, &ue) {
-		if ue.Timeout() {
-			return "timed out"
-		}
 		err = ue.Err
 	}
 	return err.Error()

@@ -2,6 +2,7 @@ package notify
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net"
 	"net/http"
@@ -24,7 +25,7 @@ const (
 	StateFailed    = "failed"
 )
 
-// Defaults for Options.
+// Defaults for Config.
 const (
 	DefaultMaxAttempts   = 10
 	DefaultRotationGrace = 24 * time.Hour
@@ -47,8 +48,10 @@ type Dialer interface {
 	DialContext(ctx context.Context, network, address string) (net.Conn, error)
 }
 
-// Options configure a Service. Zero values take the defaults.
-type Options struct {
+// Config configures a Service. Zero values take the defaults.
+type Config struct {
+	DB    *gorm.DB    // required
+	Queue *jobs.Queue // required: deliveries are its jobs
 	// Schedule is the delay after each failed attempt, in order; the last
 	// entry repeats (config.WebhookRetrySchedule).
 	Schedule []time.Duration
@@ -73,30 +76,45 @@ type Options struct {
 	Dialer   Dialer
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
-	// AfterSend, when set, runs after each attempt's HTTP exchange and
-	// before the attempt is recorded: the moment a crash hurts most. Tests
-	// use it to kill a sender there.
-	AfterSend func(deliveryID string, status int)
-	Log       *slog.Logger
+	Log *slog.Logger
 	// Registerer receives the webhook metrics; nil registers nothing.
 	Registerer prometheus.Registerer
+	// Retention is how long finished deliveries, their attempts and their
+	// outbox events are kept (FERRY_WEBHOOK_RETENTION, default 30 days).
+	Retention time.Duration
 }
 
 // Service manages subscriptions and delivers outbox events to them.
 type Service struct {
 	db      *gorm.DB
 	q       *jobs.Queue
-	o       Options
+	o       Config
 	now     func() time.Time
 	log     *slog.Logger
 	guard   *guard
 	client  *http.Client
 	metrics *metrics
 	kick    chan struct{}
+	// afterSend, when set, runs after each attempt's HTTP exchange and
+	// before the attempt is recorded: the moment a crash hurts most.
+	afterSend func(deliveryID string, status int)
 }
 
-// New returns a Service over db that sends through q's jobs.
-func New(db *gorm.DB, q *jobs.Queue, o Options) *Service {
+// An Option changes a Service for a test.
+type Option func(*Service)
+
+// WithAfterSend makes the sender call fn after each attempt's HTTP
+// exchange, before the attempt is recorded: tests kill a sender there.
+func WithAfterSend(fn func(deliveryID string, status int)) Option {
+	return func(s *Service) { s.afterSend = fn }
+}
+
+// New returns a Service whose deliveries are jobs of o.Queue.
+func New(o Config, opts ...Option) (*Service, error) {
+	if o.DB == nil || o.Queue == nil {
+		return nil, errors.New("notify: DB and Queue are required")
+	}
+	db, q := o.DB, o.Queue
 	if len(o.Schedule) == 0 {
 		o.Schedule = DefaultSchedule
 	}
@@ -114,6 +132,9 @@ func New(db *gorm.DB, q *jobs.Queue, o Options) *Service {
 	}
 	if o.Poll <= 0 {
 		o.Poll = time.Second
+	}
+	if o.Retention <= 0 {
+		o.Retention = DefaultRetention
 	}
 	if o.Resolver == nil {
 		o.Resolver = net.DefaultResolver
@@ -134,11 +155,16 @@ func New(db *gorm.DB, q *jobs.Queue, o Options) *Service {
 		metrics: newMetrics(o.Registerer, db),
 		kick:    make(chan struct{}, 1),
 	}
-	return s
+	for _, opt := range opts {
+		opt(s)
+	}
+	return s, nil
 }
 
-// Register adds the delivery handler to r. Call it before r.Run.
+// Register adds the delivery and pruning handlers to r. Call it before
+// r.Run.
 func (s *Service) Register(r *jobs.Runner) {
+	s.registerPrune(r)
 	r.Handle(KindDeliver, s.deliver, jobs.Options{
 		Concurrency: s.o.Concurrency,
 		// One spare claim: if a worker dies during the last attempt, the

@@ -17,6 +17,7 @@ import (
 
 	"github.com/ferry-io/ferry/errkind"
 	"github.com/ferry-io/ferry/internal/testenv"
+	"github.com/ferry-io/ferry/models"
 	"github.com/ferry-io/ferry/notify"
 )
 
@@ -103,7 +104,7 @@ func TestSSRFGuard(t *testing.T) {
 		t.Run("refused", func(t *testing.T) {
 			dialer := &fenceDialer{}
 			reg := prometheus.NewRegistry()
-			opts := notify.Options{Resolver: dns, Dialer: dialer, MaxAttempts: 1, Registerer: reg}
+			opts := notify.Config{Resolver: dns, Dialer: dialer, MaxAttempts: 1, Registerer: reg}
 			strict := newHarness(t, db.DB, opts)
 			// Registration refuses every private target up front.
 			for _, tc := range cases {
@@ -149,7 +150,7 @@ func TestSSRFGuard(t *testing.T) {
 			if n := len(rec.got()); n != 0 {
 				t.Fatalf("the loopback receiver got %d requests", n)
 			}
-			if got := counter(t, reg, "ferry_webhook_attempts_total", "blocked"); got != float64(len(blocked)) {
+			if got := testenv.Counter(t, reg, "ferry_webhook_attempts_total", "outcome", "blocked"); got != float64(len(blocked)) {
 				t.Errorf("blocked attempts metric = %v, want %d", got, len(blocked))
 			}
 		})
@@ -157,7 +158,7 @@ func TestSSRFGuard(t *testing.T) {
 		t.Run("allowed", func(t *testing.T) {
 			dialer := &fenceDialer{}
 			dns.set("rebind.test", "93.184.215.14")
-			h := newHarness(t, testenv.NewDB(t, db.Dialect).DB, notify.Options{Resolver: dns, Dialer: dialer, MaxAttempts: 1, AllowPrivate: true}).run()
+			h := newHarness(t, testenv.NewDB(t, db.Dialect).DB, notify.Config{Resolver: dns, Dialer: dialer, MaxAttempts: 1, AllowPrivate: true}).run()
 			subs := map[string]notify.Subscription{}
 			for _, tc := range cases {
 				sub, _ := h.subscribe(tc.url)
@@ -185,24 +186,31 @@ func TestSSRFGuard(t *testing.T) {
 	})
 }
 
-// counter reads one labelled counter from reg.
-func counter(t *testing.T, reg *prometheus.Registry, name, label string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
+// The targets an audit got past registration, each refused now, and with
+// them every IPv4-embedding form of loopback and metadata.
+func TestCreateRefusesSpecialPurposeTargets(t *testing.T) {
+	db := testenv.NewDB(t, models.SQLite)
+	h := newHarness(t, db.DB, notify.Config{Resolver: &fakeDNS{hosts: map[string][]string{}}, Dialer: &fenceDialer{}})
+	for _, u := range []string{
+		"http://[::ffff:0:7f00:1]/hook",                      // IPv4-translated 127.0.0.1
+		"http://[fec0::1]/hook",                              // site-local
+		"http://192.88.99.1/hook",                            // 6to4 relay anycast
+		"http://[5f00::1]/hook",                              // SRv6 SIDs
+		"http://[3fff::1]/hook",                              // documentation
+		"http://[2001:2::1]/hook",                            // benchmarking
+		"http://[2001:10::1]/hook",                           // ORCHID
+		"http://[2001:20::1]/hook",                           // ORCHIDv2
+		"http://[::ffff:169.254.169.254]/hook",               // IPv4-mapped metadata
+		"http://[64:ff9b::a9fe:a9fe]/hook",                   // NAT64 metadata
+		"http://[64:ff9b:1::a9fe:a9fe]/hook",                 // local-use NAT64 metadata
+		"http://[2002:7f00:1::]/hook",                        // 6to4 loopback
+		"http://[2001:0:4136:e378:8000:63bf:80ff:fffe]/hook", // Teredo, client 127.0.0.1
+		"http://[::7f00:1]/hook",                             // IPv4-compatible loopback
+	} {
+		_, _, err := h.svc.CreateSubscription(context.Background(), u, []string{notify.UploadCompleted})
+		var e *errkind.Error
+		if !errors.As(err, &e) || e.Code != "private_url" {
+			t.Errorf("create %s: %v, want private_url", u, err)
 		}
-		for _, m := range mf.GetMetric() {
-			for _, lp := range m.GetLabel() {
-				if lp.GetValue() == label {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
 	}
-	return 0
 }

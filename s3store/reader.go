@@ -18,19 +18,25 @@ type ObjectReader struct {
 	ctx  context.Context
 	key  string
 	size int64
+	etag string // when set, every GET carries If-Match: etag
 
 	off     int64         // logical position
 	body    io.ReadCloser // open ranged GET, positioned at bodyAt
 	bodyAt  int64
 	bodyEnd int64 // where the open GET ends (exclusive)
 	spans   [][2]int64
-	gets    int // ranged GETs issued, for tests and metrics
+	gets    int   // ranged GETs issued, for tests and metrics
+	err     error // the last GET's failure, for callers whose reader (ServeContent) drops it
 }
 
-// Open returns a lazy reader over key, which must be size bytes long. ctx
-// bounds every GET the reader issues. Close it to release a pending body.
-func (s *Store) Open(ctx context.Context, key string, size int64) *ObjectReader {
-	return &ObjectReader{s: s, ctx: ctx, key: key, size: size}
+// Open returns a lazy reader over key, which must be size bytes long; its
+// dynamic type is *ObjectReader. ctx bounds every GET the reader issues.
+// When etag is set every GET is conditional on the object's ETag still
+// being etag, so bytes of an object that changed since ferry recorded it
+// are never streamed: the read fails with ErrPreconditionFailed instead.
+// Close it to release a pending body.
+func (s *Store) Open(ctx context.Context, key string, size int64, etag string) io.ReadSeekCloser {
+	return &ObjectReader{s: s, ctx: ctx, key: key, size: size, etag: etag}
 }
 
 // Expect tells the reader that the bytes [start, start+length) will be read
@@ -69,8 +75,9 @@ func (r *ObjectReader) Read(p []byte) (int, error) {
 		if end < r.size {
 			length = end - r.off
 		}
-		body, err := r.s.GetRange(r.ctx, r.key, r.off, length)
+		body, err := r.s.getRange(r.ctx, r.key, r.etag, r.off, length)
 		if err != nil {
+			r.err = err
 			return 0, err
 		}
 		r.body, r.bodyAt, r.bodyEnd = body, r.off, end
@@ -127,6 +134,9 @@ func (r *ObjectReader) Close() error {
 	}
 	return nil
 }
+
+// Err returns the error of the last GET that failed to start, or nil.
+func (r *ObjectReader) Err() error { return r.err }
 
 // GETs reports how many ranged GETs the reader has issued.
 func (r *ObjectReader) GETs() int { return r.gets }

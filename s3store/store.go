@@ -5,10 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
 
@@ -29,6 +29,7 @@ type API interface {
 	CreateBucket(context.Context, *s3.CreateBucketInput, ...func(*s3.Options)) (*s3.CreateBucketOutput, error)
 	PutBucketCors(context.Context, *s3.PutBucketCorsInput, ...func(*s3.Options)) (*s3.PutBucketCorsOutput, error)
 	PutBucketLifecycleConfiguration(context.Context, *s3.PutBucketLifecycleConfigurationInput, ...func(*s3.Options)) (*s3.PutBucketLifecycleConfigurationOutput, error)
+	GetBucketLifecycleConfiguration(context.Context, *s3.GetBucketLifecycleConfigurationInput, ...func(*s3.Options)) (*s3.GetBucketLifecycleConfigurationOutput, error)
 	CreateMultipartUpload(context.Context, *s3.CreateMultipartUploadInput, ...func(*s3.Options)) (*s3.CreateMultipartUploadOutput, error)
 	UploadPart(context.Context, *s3.UploadPartInput, ...func(*s3.Options)) (*s3.UploadPartOutput, error)
 	ListParts(context.Context, *s3.ListPartsInput, ...func(*s3.Options)) (*s3.ListPartsOutput, error)
@@ -40,6 +41,7 @@ type API interface {
 	PutObject(context.Context, *s3.PutObjectInput, ...func(*s3.Options)) (*s3.PutObjectOutput, error)
 	DeleteObject(context.Context, *s3.DeleteObjectInput, ...func(*s3.Options)) (*s3.DeleteObjectOutput, error)
 	ListObjectsV2(context.Context, *s3.ListObjectsV2Input, ...func(*s3.Options)) (*s3.ListObjectsV2Output, error)
+	CopyObject(context.Context, *s3.CopyObjectInput, ...func(*s3.Options)) (*s3.CopyObjectOutput, error)
 }
 
 // Config is what a Store needs to reach its bucket.
@@ -51,9 +53,19 @@ type Config struct {
 	AccessKey      string // empty uses the SDK's default credential chain
 	SecretKey      string
 	PathStyle      bool
-	// Timeout bounds each non-streaming call (default 30s). Streaming
-	// reads and writes are bounded by their context only.
+	// Timeout bounds each call that answers at once (default 30s).
 	Timeout time.Duration
+	// FirstByteTimeout bounds how long a GET may wait for the start of its
+	// answer (default 15s), and IdleTimeout how long a body read may wait
+	// for the next byte (default 30s).
+	FirstByteTimeout, IdleTimeout time.Duration
+	// TransferTimeout bounds one part or object PUT (default 5m).
+	TransferTimeout time.Duration
+	// API, when set, carries every S3 call instead of the client New
+	// builds (a wrapper that injects faults or counts calls, say).
+	// Presigned URLs are still signed for the endpoints and credentials
+	// above.
+	API API
 }
 
 // Store is the S3 adapter. It is safe for concurrent use.
@@ -63,14 +75,20 @@ type Store struct {
 	bucket  string
 	timeout time.Duration
 
-	// For PresignParts, which re-signs a presigned URL with SigV4 directly.
+	firstByte, idle, transferTimeout time.Duration
+
+	// For PresignParts and PresignPost, which sign with SigV4 themselves.
 	creds  aws.CredentialsProvider
 	region string
-	signer *v4.Signer
 
 	// For PresignPost, which builds the browser form's URL itself.
 	publicEndpoint string
 	pathStyle      bool
+
+	// For Probe, which sends what browsers send (form POSTs, CORS
+	// preflights) to the internal endpoint, over the SDK's own transport.
+	http            aws.HTTPClient
+	presignInternal *s3.PresignClient
 }
 
 // New builds a Store. It does not contact S3; call Bootstrap or Ready for
@@ -82,16 +100,28 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 30 * time.Second
 	}
+	if cfg.FirstByteTimeout == 0 {
+		cfg.FirstByteTimeout = 15 * time.Second
+	}
+	if cfg.IdleTimeout == 0 {
+		cfg.IdleTimeout = 30 * time.Second
+	}
+	if cfg.TransferTimeout == 0 {
+		cfg.TransferTimeout = 5 * time.Minute
+	}
+	// Keep connections to one S3 endpoint warm: ferry talks to a single
+	// host, often many requests at once.
+	httpClient := awshttp.NewBuildableClient().WithTransportOptions(func(t *http.Transport) {
+		t.MaxIdleConns = 256
+		t.MaxIdleConnsPerHost = 256
+		t.DialContext = (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+		// No transport-wide ResponseHeaderTimeout: a complete that
+		// copies a large object answers late by right. Each call has
+		// its own bound instead (bounds.go).
+	})
 	opts := []func(*awsconfig.LoadOptions) error{
 		awsconfig.WithRegion(cfg.Region),
-		// Keep connections to one S3 endpoint warm: ferry talks to a single
-		// host, often many requests at once.
-		awsconfig.WithHTTPClient(awshttp.NewBuildableClient().WithTransportOptions(func(t *http.Transport) {
-			t.MaxIdleConns = 256
-			t.MaxIdleConnsPerHost = 256
-			t.DialContext = (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext
-			t.ResponseHeaderTimeout = 60 * time.Second
-		})),
+		awsconfig.WithHTTPClient(httpClient),
 	}
 	if cfg.AccessKey != "" {
 		opts = append(opts, awsconfig.WithCredentialsProvider(credentials.NewStaticCredentialsProvider(cfg.AccessKey, cfg.SecretKey, "")))
@@ -115,15 +145,21 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		}
 	}
 	internal := s3.NewFromConfig(awsCfg, clientOpts(cfg.Endpoint))
+	var api API = internal
+	if cfg.API != nil {
+		api = cfg.API
+	}
 	pub := cfg.PublicEndpoint
 	if pub == "" {
 		pub = cfg.Endpoint
 	}
 	public := s3.NewFromConfig(awsCfg, clientOpts(pub))
 	return &Store{
-		api: internal, presign: s3.NewPresignClient(public), bucket: cfg.Bucket, timeout: cfg.Timeout,
-		creds: awsCfg.Credentials, region: awsCfg.Region, signer: v4.NewSigner(),
+		api: api, presign: s3.NewPresignClient(public), bucket: cfg.Bucket, timeout: cfg.Timeout,
+		firstByte: cfg.FirstByteTimeout, idle: cfg.IdleTimeout, transferTimeout: cfg.TransferTimeout,
+		creds: awsCfg.Credentials, region: awsCfg.Region,
 		publicEndpoint: pub, pathStyle: cfg.PathStyle,
+		http: httpClient, presignInternal: s3.NewPresignClient(internal),
 	}, nil
 }
 
@@ -242,13 +278,36 @@ func (s *Store) Bootstrap(ctx context.Context, o BootstrapOptions) (BootstrapRep
 	return rep, nil
 }
 
+// ChecksumCRC32C names the one S3 checksum algorithm ferry uses: hardware
+// CRC32C in Go (hash/crc32, several GB/s), hash-wasm in browsers, verified
+// by S3 on each part and, as a full-object checksum, at
+// CompleteMultipartUpload.
+const ChecksumCRC32C = "CRC32C"
+
+// MultipartOptions describe a multipart upload to create.
+type MultipartOptions struct {
+	ContentType string
+	// Checksum, when ChecksumCRC32C, creates the upload with a FULL_OBJECT
+	// CRC32C checksum: every part PUT must carry its x-amz-checksum-crc32c
+	// (PartSpec.CRC32C signs it in), and CompleteMultipart must name the
+	// whole object's CRC32C, which S3 checks.
+	Checksum string
+}
+
 // CreateMultipart starts a multipart upload and returns its S3 upload id.
-func (s *Store) CreateMultipart(ctx context.Context, key, contentType string) (string, error) {
+func (s *Store) CreateMultipart(ctx context.Context, key string, o MultipartOptions) (string, error) {
 	ctx, cancel := s.short(ctx)
 	defer cancel()
 	in := &s3.CreateMultipartUploadInput{Bucket: &s.bucket, Key: &key}
-	if contentType != "" {
-		in.ContentType = &contentType
+	if o.ContentType != "" {
+		in.ContentType = &o.ContentType
+	}
+	switch o.Checksum {
+	case "":
+	case ChecksumCRC32C:
+		in.ChecksumAlgorithm, in.ChecksumType = types.ChecksumAlgorithmCrc32c, types.ChecksumTypeFullObject
+	default:
+		return "", fmt.Errorf("s3store: unknown checksum algorithm %q", o.Checksum)
 	}
 	out, err := s.api.CreateMultipartUpload(ctx, in)
 	if err != nil {
@@ -266,13 +325,34 @@ type PresignedRequest struct {
 	ExpiresAt time.Time
 }
 
-// PresignPart signs a PUT for one part against the public endpoint. With a
-// non-empty contentMD5 (base64), the digest is part of the signature: the
-// client must send it, and S3 rejects a body that does not match.
-func (s *Store) PresignPart(ctx context.Context, key, uploadID string, part int32, contentMD5 string, ttl time.Duration) (PresignedRequest, error) {
-	in := &s3.UploadPartInput{Bucket: &s.bucket, Key: &key, UploadId: &uploadID, PartNumber: aws.Int32(part)}
-	if contentMD5 != "" {
-		in.ContentMD5 = &contentMD5
+// PartSpec is one part to presign and what its URL pins.
+type PartSpec struct {
+	Number int32
+	// ContentMD5, when set (base64), is signed into the URL: the client
+	// must send it, and S3 rejects a body that does not match.
+	ContentMD5 string
+	// Size, when positive, is signed into the URL as Content-Length, so S3
+	// refuses a body of any other length: a part URL can store only the
+	// bytes of its part, not gigabytes in a part of megabytes.
+	Size int64
+	// CRC32C, when set (base64 of the big-endian CRC32C), is signed into
+	// the URL as x-amz-checksum-crc32c: S3 computes the part's checksum
+	// as it stores it and refuses (400 BadDigest) a body that does not
+	// match. The upload must have been created with ChecksumCRC32C.
+	CRC32C string
+}
+
+// PresignPart signs a PUT for one part against the public endpoint.
+func (s *Store) PresignPart(ctx context.Context, key, uploadID string, p PartSpec, ttl time.Duration) (PresignedRequest, error) {
+	in := &s3.UploadPartInput{Bucket: &s.bucket, Key: &key, UploadId: &uploadID, PartNumber: aws.Int32(p.Number)}
+	if p.ContentMD5 != "" {
+		in.ContentMD5 = &p.ContentMD5
+	}
+	if p.Size > 0 {
+		in.ContentLength = &p.Size
+	}
+	if p.CRC32C != "" {
+		in.ChecksumCRC32C = &p.CRC32C
 	}
 	req, err := s.presign.PresignUploadPart(ctx, in, s3.WithPresignExpires(ttl))
 	if err != nil {
@@ -282,62 +362,73 @@ func (s *Store) PresignPart(ctx context.Context, key, uploadID string, part int3
 }
 
 // PresignParts signs PUTs for several parts of one upload, in the order
-// given, like PresignPart for each; contentMD5 optionally pins a part's
-// base64 MD5. The SDK presigns the first part; the others are that URL
-// re-signed with their own part number by the SigV4 signer directly, which
-// costs about a fifth of the SDK's full presign pipeline per URL and
-// matters for batches of a thousand.
-func (s *Store) PresignParts(ctx context.Context, key, uploadID string, parts []int32, contentMD5 map[int32]string, ttl time.Duration) ([]PresignedRequest, error) {
+// given, like PresignPart for each. The SDK presigns the first part; the
+// others are signed from that URL by partSigner, which costs a tenth of
+// the SDK per URL and matters for batches of a thousand. The first URL is
+// signed both ways as a check: where the two differ (an SDK whose URLs
+// took another shape), every part goes through the SDK.
+func (s *Store) PresignParts(ctx context.Context, key, uploadID string, parts []PartSpec, ttl time.Duration) ([]PresignedRequest, error) {
 	if len(parts) == 0 {
 		return nil, nil
 	}
 	out := make([]PresignedRequest, len(parts))
-	first, err := s.PresignPart(ctx, key, uploadID, parts[0], contentMD5[parts[0]], ttl)
+	first, err := s.PresignPart(ctx, key, uploadID, parts[0], ttl)
 	if err != nil {
 		return nil, err
 	}
 	out[0] = first
-	tmpl, err := url.Parse(first.URL)
-	if err != nil {
-		return nil, fmt.Errorf("s3store: presigned URL: %w", err)
-	}
-	q := tmpl.Query()
-	if q.Get("partNumber") == "" || q.Get("X-Amz-Expires") == "" {
-		return nil, fmt.Errorf("s3store: unexpected presigned URL shape")
-	}
-	for _, k := range []string{"X-Amz-Algorithm", "X-Amz-Credential", "X-Amz-Date", "X-Amz-SignedHeaders", "X-Amz-Signature", "X-Amz-Security-Token"} {
-		q.Del(k)
-	}
 	creds, err := s.creds.Retrieve(ctx)
 	if err != nil {
 		return nil, translate("credentials", err)
 	}
-	now := time.Now()
-	for i, n := range parts[1:] {
-		q.Set("partNumber", strconv.Itoa(int(n)))
-		u := *tmpl
-		u.RawQuery = q.Encode()
-		req, err := http.NewRequestWithContext(ctx, http.MethodPut, u.String(), nil)
-		if err != nil {
-			return nil, err
+	signer, ok := newPartSigner(first.URL, creds.SecretAccessKey)
+	if ok {
+		ok = signer.sign(parts[0]) == first.URL && maps.Equal(partHeaders(parts[0]), first.Headers)
+	}
+	for i, p := range parts[1:] {
+		if !ok {
+			if out[i+1], err = s.PresignPart(ctx, key, uploadID, p, ttl); err != nil {
+				return nil, err
+			}
+			continue
 		}
-		if md5 := contentMD5[n]; md5 != "" {
-			req.Header.Set("Content-MD5", md5)
-		}
-		signed, hdr, err := s.signer.PresignHTTP(ctx, creds, req, "UNSIGNED-PAYLOAD", "s3", s.region, now)
-		if err != nil {
-			return nil, translate("PresignUploadPart", err)
-		}
-		out[i+1] = toPresigned(&v4.PresignedHTTPRequest{URL: signed, Method: http.MethodPut, SignedHeader: hdr}, ttl)
+		out[i+1] = PresignedRequest{URL: signer.sign(p), Method: http.MethodPut, Headers: partHeaders(p), ExpiresAt: first.ExpiresAt}
 	}
 	return out, nil
 }
 
+// partHeaders are the headers a client must send with part p's URL: the
+// signed ones that HTTP clients do not set themselves (see toPresigned).
+func partHeaders(p PartSpec) map[string]string {
+	h := make(map[string]string, 2)
+	if p.ContentMD5 != "" {
+		h["Content-Md5"] = p.ContentMD5
+	}
+	if p.CRC32C != "" {
+		h["X-Amz-Checksum-Crc32c"] = p.CRC32C
+	}
+	return h
+}
+
+// PutOptions are what a presigned single-request PUT pins: the client
+// must send these headers with exactly these values.
+type PutOptions struct {
+	ContentMD5  string // base64; S3 refuses a body that does not match
+	ContentType string
+	// Metadata are x-amz-meta-* values, by name without the prefix.
+	Metadata map[string]string
+}
+
 // PresignPut signs a single-request PUT of key against the public endpoint.
-func (s *Store) PresignPut(ctx context.Context, key, contentMD5 string, ttl time.Duration) (PresignedRequest, error) {
-	in := &s3.PutObjectInput{Bucket: &s.bucket, Key: &key}
-	if contentMD5 != "" {
-		in.ContentMD5 = &contentMD5
+// It is how a browser sends a whole file to a store without POST policies;
+// S3 takes at most 5 GiB in one PUT.
+func (s *Store) PresignPut(ctx context.Context, key string, o PutOptions, ttl time.Duration) (PresignedRequest, error) {
+	in := &s3.PutObjectInput{Bucket: &s.bucket, Key: &key, Metadata: o.Metadata}
+	if o.ContentMD5 != "" {
+		in.ContentMD5 = &o.ContentMD5
+	}
+	if o.ContentType != "" {
+		in.ContentType = &o.ContentType
 	}
 	req, err := s.presign.PresignPutObject(ctx, in, s3.WithPresignExpires(ttl))
 	if err != nil {
@@ -349,9 +440,10 @@ func (s *Store) PresignPut(ctx context.Context, key, contentMD5 string, ttl time
 func toPresigned(req *v4.PresignedHTTPRequest, ttl time.Duration) PresignedRequest {
 	h := map[string]string{}
 	for k, v := range req.SignedHeader {
-		// Host is set by every HTTP client from the URL; listing it
-		// would only confuse browsers, which may not set it.
-		if strings.EqualFold(k, "host") || len(v) == 0 {
+		// Host and Content-Length are set by every HTTP client from the
+		// URL and the body; listing them would only confuse browsers,
+		// which may not set them.
+		if strings.EqualFold(k, "host") || strings.EqualFold(k, "content-length") || len(v) == 0 {
 			continue
 		}
 		h[k] = v[0]
@@ -365,11 +457,81 @@ type Part struct {
 	ETag         string
 	Size         int64
 	LastModified time.Time
+	CRC32C       string // base64; set for uploads created with ChecksumCRC32C
 }
 
 // ListParts returns every part of a multipart upload, following pagination
-// past S3's 1,000-per-page limit.
+// past S3's 1,000-per-page limit, one per part number: see
+// ListPartsPreferring.
 func (s *Store) ListParts(ctx context.Context, key, uploadID string) ([]Part, error) {
+	return s.ListPartsPreferring(ctx, key, uploadID, nil)
+}
+
+// PartPreference says which of several parts listed under one number a
+// caller wants: the one with ETag (the ETag a client got for its PUT),
+// else one of Size bytes (the size the part must have); zero values
+// prefer nothing.
+type PartPreference struct {
+	ETag string
+	Size int64
+}
+
+// ListPartsPreferring returns every part of a multipart upload, following
+// pagination, one per part number. A part sent twice is one part on S3
+// (the later PUT replaces it), but some stores (SeaweedFS) list each PUT,
+// with times to the second only, and complete with whichever of them the
+// ETag given to CompleteMultipartUpload names. Of several listed under one
+// number, the one prefer names by ETag is kept, else the newest of the
+// size prefer names, else the newest; two PUTs within the same second that
+// nothing tells apart leave either.
+func (s *Store) ListPartsPreferring(ctx context.Context, key, uploadID string, prefer map[int32]PartPreference) ([]Part, error) {
+	parts, err := s.listParts(ctx, key, uploadID)
+	if err != nil {
+		return nil, err
+	}
+	kept := make(map[int32]int, len(parts))
+	out := parts[:0]
+	for _, p := range parts {
+		i, seen := kept[p.Number]
+		if !seen {
+			kept[p.Number] = len(out)
+			out = append(out, p)
+			continue
+		}
+		want := prefer[p.Number]
+		if pr, cr := want.rank(p), want.rank(out[i]); pr != cr {
+			if pr > cr {
+				out[i] = p
+			}
+			continue
+		}
+		if !p.LastModified.Before(out[i].LastModified) {
+			out[i] = p
+		}
+	}
+	return out, nil
+}
+
+// rank orders the parts listed under one number by how well they match:
+// the ETag outranks the size.
+func (w PartPreference) rank(p Part) int {
+	r := 0
+	if w.ETag != "" && sameETag(p.ETag, w.ETag) {
+		r += 2
+	}
+	if w.Size > 0 && p.Size == w.Size {
+		r++
+	}
+	return r
+}
+
+// sameETag compares ETags as S3 and clients write them, with or without
+// quotes.
+func sameETag(a, b string) bool {
+	return strings.EqualFold(strings.Trim(a, `"`), strings.Trim(b, `"`))
+}
+
+func (s *Store) listParts(ctx context.Context, key, uploadID string) ([]Part, error) {
 	var parts []Part
 	p := s3.NewListPartsPaginator(s.api, &s3.ListPartsInput{Bucket: &s.bucket, Key: &key, UploadId: &uploadID})
 	for p.HasMorePages() {
@@ -383,6 +545,7 @@ func (s *Store) ListParts(ctx context.Context, key, uploadID string) ([]Part, er
 			parts = append(parts, Part{
 				Number: aws.ToInt32(pt.PartNumber), ETag: aws.ToString(pt.ETag),
 				Size: aws.ToInt64(pt.Size), LastModified: aws.ToTime(pt.LastModified),
+				CRC32C: aws.ToString(pt.ChecksumCRC32C),
 			})
 		}
 	}
@@ -434,23 +597,35 @@ func (s *Store) ListMultipartUploads(ctx context.Context, prefix string) ([]Mult
 type CompletedPart struct {
 	Number int32
 	ETag   string
+	CRC32C string // the part's checksum as ListParts reported it, if any
 }
 
 // CompleteMultipart merges the listed parts, in order, into the object and
-// returns its ETag. Parts not listed are discarded by S3.
-func (s *Store) CompleteMultipart(ctx context.Context, key, uploadID string, parts []CompletedPart) (string, error) {
+// returns its ETag. Parts not listed are discarded by S3. fullCRC32C, for
+// an upload created with ChecksumCRC32C, is the whole object's CRC32C
+// (base64) as the client computed it: S3 combines the parts' checksums and
+// refuses (ErrBadDigest) to complete when they do not make it, so the
+// object that exists is end to end the bytes the client read.
+func (s *Store) CompleteMultipart(ctx context.Context, key, uploadID string, parts []CompletedPart, fullCRC32C string) (string, error) {
 	cp := make([]types.CompletedPart, len(parts))
 	for i, p := range parts {
 		cp[i] = types.CompletedPart{PartNumber: aws.Int32(p.Number), ETag: aws.String(p.ETag)}
+		if p.CRC32C != "" {
+			cp[i].ChecksumCRC32C = aws.String(p.CRC32C)
+		}
+	}
+	in := &s3.CompleteMultipartUploadInput{
+		Bucket: &s.bucket, Key: &key, UploadId: &uploadID,
+		MultipartUpload: &types.CompletedMultipartUpload{Parts: cp},
+	}
+	if fullCRC32C != "" {
+		in.ChecksumCRC32C, in.ChecksumType = &fullCRC32C, types.ChecksumTypeFullObject
 	}
 	// Completing copies data on some stores (VersityGW: ~3.5 s/GiB), so
 	// it gets a generous bound of its own rather than the short timeout.
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Minute)
 	defer cancel()
-	out, err := s.api.CompleteMultipartUpload(ctx, &s3.CompleteMultipartUploadInput{
-		Bucket: &s.bucket, Key: &key, UploadId: &uploadID,
-		MultipartUpload: &types.CompletedMultipartUpload{Parts: cp},
-	})
+	out, err := s.api.CompleteMultipartUpload(ctx, in)
 	if err != nil {
 		return "", translate("CompleteMultipartUpload", err)
 	}
@@ -492,16 +667,32 @@ func (s *Store) Head(ctx context.Context, key string) (ObjectInfo, error) {
 
 // Get streams a whole object. The caller must close the reader.
 func (s *Store) Get(ctx context.Context, key string) (io.ReadCloser, error) {
-	out, err := s.api.GetObject(ctx, &s3.GetObjectInput{Bucket: &s.bucket, Key: &key})
+	body, _, err := s.GetVersion(ctx, key)
+	return body, err
+}
+
+// GetVersion streams a whole object and returns the metadata of exactly
+// the bytes it streams, so a caller that hashes them can record which
+// version of the object it hashed (its ETag). The caller must close the
+// reader.
+func (s *Store) GetVersion(ctx context.Context, key string) (io.ReadCloser, ObjectInfo, error) {
+	out, body, err := s.getObject(ctx, &s3.GetObjectInput{Bucket: &s.bucket, Key: &key})
 	if err != nil {
-		return nil, translate("GetObject", err)
+		return nil, ObjectInfo{}, err
 	}
-	return out.Body, nil
+	return body, ObjectInfo{Size: aws.ToInt64(out.ContentLength), ETag: aws.ToString(out.ETag),
+		ContentType: aws.ToString(out.ContentType), LastModified: aws.ToTime(out.LastModified)}, nil
 }
 
 // GetRange streams length bytes of key from offset; length < 0 reads to the
 // end. The caller must close the reader.
 func (s *Store) GetRange(ctx context.Context, key string, offset, length int64) (io.ReadCloser, error) {
+	return s.getRange(ctx, key, "", offset, length)
+}
+
+// getRange is GetRange with an optional If-Match: with ifMatch set, S3
+// refuses (ErrPreconditionFailed) to stream an object whose ETag changed.
+func (s *Store) getRange(ctx context.Context, key, ifMatch string, offset, length int64) (io.ReadCloser, error) {
 	rng := fmt.Sprintf("bytes=%d-", offset)
 	if length >= 0 {
 		if length == 0 {
@@ -509,20 +700,74 @@ func (s *Store) GetRange(ctx context.Context, key string, offset, length int64) 
 		}
 		rng = fmt.Sprintf("bytes=%d-%d", offset, offset+length-1)
 	}
-	out, err := s.api.GetObject(ctx, &s3.GetObjectInput{Bucket: &s.bucket, Key: &key, Range: &rng})
-	if err != nil {
-		return nil, translate("GetObject", err)
+	in := &s3.GetObjectInput{Bucket: &s.bucket, Key: &key, Range: &rng}
+	if ifMatch != "" {
+		in.IfMatch = &ifMatch
 	}
-	return out.Body, nil
+	_, body, err := s.getObject(ctx, in)
+	return body, err
+}
+
+// MaxCopySize is the largest object one CopyObject can copy.
+const MaxCopySize = 5 << 30
+
+// Copy copies the object src to dst inside the bucket, server-side, and
+// returns the new object's ETag. Objects over MaxCopySize need a multipart
+// copy, which ferry never has to make (it copies only POST-policy
+// uploads, which S3 caps at 5 GiB).
+func (s *Store) Copy(ctx context.Context, src, dst string) (string, error) {
+	// A copy moves the bytes on most stores: bound it like a complete.
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Minute)
+	defer cancel()
+	source := s.bucket + "/" + url.PathEscape(src)
+	out, err := s.api.CopyObject(ctx, &s3.CopyObjectInput{Bucket: &s.bucket, Key: &dst, CopySource: &source})
+	if err != nil {
+		return "", translate("CopyObject", err)
+	}
+	if out.CopyObjectResult == nil {
+		return "", nil
+	}
+	return aws.ToString(out.CopyObjectResult.ETag), nil
+}
+
+// Object is an object as a listing shows it.
+type Object struct {
+	Key          string
+	Size         int64
+	LastModified time.Time
+}
+
+// ListObjects returns up to limit objects under prefix, in key order,
+// following pagination.
+func (s *Store) ListObjects(ctx context.Context, prefix string, limit int) ([]Object, error) {
+	var out []Object
+	p := s3.NewListObjectsV2Paginator(s.api, &s3.ListObjectsV2Input{Bucket: &s.bucket, Prefix: &prefix})
+	for p.HasMorePages() && len(out) < limit {
+		cctx, cancel := s.short(ctx)
+		page, err := p.NextPage(cctx)
+		cancel()
+		if err != nil {
+			return out, translate("ListObjectsV2", err)
+		}
+		for _, o := range page.Contents {
+			if len(out) == limit {
+				break
+			}
+			out = append(out, Object{Key: aws.ToString(o.Key), Size: aws.ToInt64(o.Size), LastModified: aws.ToTime(o.LastModified)})
+		}
+	}
+	return out, nil
 }
 
 // Put stores a small object in one request. For large or unknown sizes use
-// NewWriter.
+// WriteObject.
 func (s *Store) Put(ctx context.Context, key string, body io.Reader, size int64, contentType string) error {
 	in := &s3.PutObjectInput{Bucket: &s.bucket, Key: &key, Body: body, ContentLength: aws.Int64(size)}
 	if contentType != "" {
 		in.ContentType = &contentType
 	}
+	ctx, cancel := s.transfer(ctx)
+	defer cancel()
 	_, err := s.api.PutObject(ctx, in)
 	return translate("PutObject", err)
 }

@@ -14,9 +14,14 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/smithy-go"
 	"github.com/ferry-io/ferry/internal/testenv"
 	"github.com/ferry-io/ferry/s3store"
 )
@@ -42,6 +47,21 @@ func put(t *testing.T, req s3store.PresignedRequest, body []byte, extra map[stri
 	return resp.StatusCode, string(b)
 }
 
+// readBack reads a whole object.
+func readBack(t *testing.T, st *s3store.Store, key string) []byte {
+	t.Helper()
+	rc, err := st.Get(context.Background(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	got, err := io.ReadAll(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
 func md5b64(b []byte) string {
 	s := md5.Sum(b)
 	return base64.StdEncoding.EncodeToString(s[:])
@@ -61,7 +81,7 @@ func TestPresignedPutIsEnforced(t *testing.T) {
 	body := []byte("hello, ferry")
 
 	t.Run("valid", func(t *testing.T) {
-		req, err := st.PresignPut(ctx, "ok", "", time.Minute)
+		req, err := st.PresignPut(ctx, "ok", s3store.PutOptions{}, time.Minute)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -74,7 +94,7 @@ func TestPresignedPutIsEnforced(t *testing.T) {
 		}
 	})
 	t.Run("tampered signature", func(t *testing.T) {
-		req, _ := st.PresignPut(ctx, "tampered", "", time.Minute)
+		req, _ := st.PresignPut(ctx, "tampered", s3store.PutOptions{}, time.Minute)
 		i := strings.Index(req.URL, "X-Amz-Signature=") + len("X-Amz-Signature=")
 		flip := byte('0')
 		if req.URL[i] == '0' {
@@ -89,14 +109,14 @@ func TestPresignedPutIsEnforced(t *testing.T) {
 		}
 	})
 	t.Run("expired", func(t *testing.T) {
-		req, _ := st.PresignPut(ctx, "expired", "", time.Second)
+		req, _ := st.PresignPut(ctx, "expired", s3store.PutOptions{}, time.Second)
 		time.Sleep(2100 * time.Millisecond)
 		if code, _ := put(t, req, body, nil); code != 403 {
 			t.Fatalf("expired PUT = %d, want 403", code)
 		}
 	})
 	t.Run("content-md5 mismatch", func(t *testing.T) {
-		req, err := st.PresignPut(ctx, "md5", md5b64(body), time.Minute)
+		req, err := st.PresignPut(ctx, "md5", s3store.PutOptions{ContentMD5: md5b64(body)}, time.Minute)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -123,14 +143,14 @@ func TestMultipartLifecycle(t *testing.T) {
 	st := testenv.Store(t)
 	ctx := context.Background()
 	key := "mp/object"
-	id, err := st.CreateMultipart(ctx, key, "application/octet-stream")
+	id, err := st.CreateMultipart(ctx, key, s3store.MultipartOptions{ContentType: "application/octet-stream"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	p1, p2 := randomBytes(5<<20), randomBytes(1234)
 	var parts []s3store.CompletedPart
 	for i, data := range [][]byte{p1, p2} {
-		req, err := st.PresignPart(ctx, key, id, int32(i+1), md5b64(data), time.Minute)
+		req, err := st.PresignPart(ctx, key, id, s3store.PartSpec{Number: int32(i + 1), ContentMD5: md5b64(data)}, time.Minute)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -149,7 +169,7 @@ func TestMultipartLifecycle(t *testing.T) {
 	if err != nil || len(ups) != 1 || ups[0].UploadID != id {
 		t.Fatalf("ListMultipartUploads = %+v, %v", ups, err)
 	}
-	if _, err := st.CompleteMultipart(ctx, key, id, parts); err != nil {
+	if _, err := st.CompleteMultipart(ctx, key, id, parts, ""); err != nil {
 		t.Fatal(err)
 	}
 	rc, err := st.Get(ctx, key)
@@ -174,17 +194,17 @@ func TestMultipartLifecycle(t *testing.T) {
 func TestCompleteRejectsSmallParts(t *testing.T) {
 	st := testenv.Store(t)
 	ctx := context.Background()
-	id, _ := st.CreateMultipart(ctx, "small", "")
+	id, _ := st.CreateMultipart(ctx, "small", s3store.MultipartOptions{})
 	var parts []s3store.CompletedPart
 	for i := 1; i <= 2; i++ {
-		req, _ := st.PresignPart(ctx, "small", id, int32(i), "", time.Minute)
+		req, _ := st.PresignPart(ctx, "small", id, s3store.PartSpec{Number: int32(i)}, time.Minute)
 		put(t, req, []byte("tiny"), nil)
 	}
 	listed, _ := st.ListParts(ctx, "small", id)
 	for _, p := range listed {
 		parts = append(parts, s3store.CompletedPart{Number: p.Number, ETag: p.ETag})
 	}
-	if _, err := st.CompleteMultipart(ctx, "small", id, parts); !errors.Is(err, s3store.ErrInvalidParts) {
+	if _, err := st.CompleteMultipart(ctx, "small", id, parts, ""); !errors.Is(err, s3store.ErrInvalidParts) {
 		t.Fatalf("complete with 4-byte parts: %v, want ErrInvalidParts", err)
 	}
 }
@@ -196,13 +216,13 @@ func TestListingsPaginate(t *testing.T) {
 	}
 	st := testenv.Store(t)
 	ctx := context.Background()
-	id, err := st.CreateMultipart(ctx, "many", "")
+	id, err := st.CreateMultipart(ctx, "many", s3store.MultipartOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	const n = 1050
 	parallel(t, n, func(i int) error {
-		req, err := st.PresignPart(ctx, "many", id, int32(i+1), "", time.Minute)
+		req, err := st.PresignPart(ctx, "many", id, s3store.PartSpec{Number: int32(i + 1)}, time.Minute)
 		if err != nil {
 			return err
 		}
@@ -226,7 +246,7 @@ func TestListingsPaginate(t *testing.T) {
 	}
 
 	parallel(t, n, func(i int) error {
-		_, err := st.CreateMultipart(ctx, fmt.Sprintf("orphans/%04d", i), "")
+		_, err := st.CreateMultipart(ctx, fmt.Sprintf("orphans/%04d", i), s3store.MultipartOptions{})
 		return err
 	})
 	ups, err := st.ListMultipartUploads(ctx, "orphans/")
@@ -268,7 +288,7 @@ func TestObjectReaderIsLazyAndExact(t *testing.T) {
 	if err := st.Put(ctx, "obj", bytes.NewReader(data), int64(len(data)), ""); err != nil {
 		t.Fatal(err)
 	}
-	r := st.Open(ctx, "obj", int64(len(data)))
+	r := st.Open(ctx, "obj", int64(len(data)), "").(*s3store.ObjectReader)
 	defer r.Close()
 	if end, _ := r.Seek(0, io.SeekEnd); end != int64(len(data)) || r.GETs() != 0 {
 		t.Fatalf("SeekEnd = %d after %d GETs; want size and no GET", end, r.GETs())
@@ -293,46 +313,45 @@ func TestObjectReaderIsLazyAndExact(t *testing.T) {
 		t.Fatalf("full read: %d bytes, %v, %d GETs", len(all), err, r.GETs())
 	}
 	// A database that claims more bytes than the object has must not pass.
-	long := st.Open(ctx, "obj", int64(len(data))+10)
+	long := st.Open(ctx, "obj", int64(len(data))+10, "")
 	if _, err := io.ReadAll(long); !errors.Is(err, io.ErrUnexpectedEOF) {
 		t.Fatalf("short object: %v, want ErrUnexpectedEOF", err)
 	}
 }
 
-func TestWriterStreamsMultipart(t *testing.T) {
+func TestWriteObjectStreamsMultipart(t *testing.T) {
 	st := testenv.Store(t)
 	ctx := context.Background()
 	for _, size := range []int{0, 1000, 5 << 20, 12<<20 + 3} {
 		t.Run(fmt.Sprint(size), func(t *testing.T) {
 			data := randomBytes(size)
 			key := fmt.Sprintf("w/%d", size)
-			w := st.NewWriter(ctx, key, "application/gzip", 5<<20)
-			// Odd-sized writes cross part boundaries.
-			for off := 0; off < len(data); off += 777_777 {
-				end := min(off+777_777, len(data))
-				if _, err := w.Write(data[off:end]); err != nil {
-					t.Fatal(err)
+			n, err := st.WriteObject(ctx, key, "application/gzip", 5<<20, func(w io.Writer) error {
+				// Odd-sized writes cross part boundaries.
+				for off := 0; off < len(data); off += 777_777 {
+					end := min(off+777_777, len(data))
+					if _, err := w.Write(data[off:end]); err != nil {
+						return err
+					}
 				}
+				return nil
+			})
+			if err != nil || n != int64(len(data)) {
+				t.Fatalf("WriteObject wrote %d bytes: %v", n, err)
 			}
-			if err := w.Close(); err != nil {
-				t.Fatal(err)
-			}
-			rc, err := st.Get(ctx, key)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got, _ := io.ReadAll(rc)
-			rc.Close()
-			if !bytes.Equal(got, data) {
+			if got := readBack(t, st, key); !bytes.Equal(got, data) {
 				t.Fatalf("read back %d bytes, want %d identical", len(got), len(data))
 			}
 		})
 	}
-	t.Run("abort leaves nothing", func(t *testing.T) {
-		w := st.NewWriter(ctx, "w/aborted", "", 5<<20)
-		w.Write(randomBytes(11 << 20))
-		if err := w.Abort(); err != nil {
-			t.Fatal(err)
+	t.Run("a failed fill leaves nothing", func(t *testing.T) {
+		stop := errors.New("the producer failed")
+		_, err := st.WriteObject(ctx, "w/aborted", "", 5<<20, func(w io.Writer) error {
+			w.Write(randomBytes(11 << 20)) // two parts sent, a third buffered
+			return stop
+		})
+		if !errors.Is(err, stop) {
+			t.Fatalf("WriteObject: %v, want the fill's error", err)
 		}
 		if _, err := st.Head(ctx, "w/aborted"); !errors.Is(err, s3store.ErrNotFound) {
 			t.Fatalf("aborted object: %v", err)
@@ -392,29 +411,18 @@ func TestBootstrapCORS(t *testing.T) {
 		t.Fatalf("bootstrap: %+v %v", rep, err)
 	}
 	t.Logf("bootstrap warnings: %v", rep.Warnings)
-	req, _ := http.NewRequest(http.MethodOptions, srv.Endpoint+"/"+bucket+"/some/key?partNumber=1&uploadId=x", nil)
-	req.Header.Set("Origin", "http://app.test:8080")
-	req.Header.Set("Access-Control-Request-Method", "PUT")
-	req.Header.Set("Access-Control-Request-Headers", "content-md5")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if got := resp.Header.Get("Access-Control-Allow-Origin"); got != "http://app.test:8080" {
+	h := preflight(t, srv.Endpoint, bucket, "http://app.test:8080")
+	if got := h.Get("Access-Control-Allow-Origin"); got != "http://app.test:8080" {
 		t.Errorf("Allow-Origin = %q", got)
 	}
-	if got := strings.ToLower(resp.Header.Get("Access-Control-Expose-Headers")); !strings.Contains(got, "etag") {
+	if got := strings.ToLower(h.Get("Access-Control-Expose-Headers")); !strings.Contains(got, "etag") {
 		t.Errorf("Expose-Headers = %q, want ETag", got)
 	}
-	if got := strings.ToLower(resp.Header.Get("Access-Control-Allow-Headers")); !strings.Contains(got, "content-md5") {
+	if got := strings.ToLower(h.Get("Access-Control-Allow-Headers")); !strings.Contains(got, "content-md5") {
 		t.Errorf("Allow-Headers = %q, want content-md5", got)
 	}
 	// Another origin is not allowed.
-	req.Header.Set("Origin", "http://evil.test")
-	resp, _ = http.DefaultClient.Do(req)
-	resp.Body.Close()
-	if got := resp.Header.Get("Access-Control-Allow-Origin"); got == "http://evil.test" || got == "*" {
+	if got := preflight(t, srv.Endpoint, bucket, "http://evil.test").Get("Access-Control-Allow-Origin"); got == "http://evil.test" || got == "*" {
 		t.Errorf("foreign origin allowed: %q", got)
 	}
 	// Bootstrapping again is harmless.
@@ -423,23 +431,93 @@ func TestBootstrapCORS(t *testing.T) {
 	}
 }
 
+// preflight sends the CORS preflight a browser sends before PUTting a part
+// with a pinned Content-MD5 from origin, and returns the answer's headers.
+func preflight(t *testing.T, endpoint, bucket, origin string) http.Header {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodOptions, endpoint+"/"+bucket+"/some/key?partNumber=1&uploadId=x", nil)
+	req.Header.Set("Origin", origin)
+	req.Header.Set("Access-Control-Request-Method", "PUT")
+	req.Header.Set("Access-Control-Request-Headers", "content-md5")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.Header
+}
+
+// A part sent again is the part: the newest when the listing can tell,
+// and always the one whose ETag the caller names, which completes into
+// the object, on stores that replace a part and on stores that list
+// every PUT of it (SeaweedFS).
+func TestPartSentTwice(t *testing.T) {
+	st := testenv.Store(t)
+	ctx := context.Background()
+	send := func(key, id string, body []byte) string {
+		req, err := st.PresignPart(ctx, key, id, s3store.PartSpec{Number: 1}, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if code, msg := put(t, req, body, nil); code != 200 {
+			t.Fatalf("PUT: %d %s", code, msg)
+		}
+		return fmt.Sprintf("%x", md5.Sum(body))
+	}
+	complete := func(key, id string, p s3store.Part, want []byte) {
+		t.Helper()
+		if _, err := st.CompleteMultipart(ctx, key, id, []s3store.CompletedPart{{Number: 1, ETag: p.ETag}}, ""); err != nil {
+			t.Fatal(err)
+		}
+		if got := readBack(t, st, key); !bytes.Equal(got, want) {
+			t.Fatalf("%s holds %d bytes, not the part sent last (%d)", key, len(got), len(want))
+		}
+	}
+	first, second := randomBytes(1000), randomBytes(2000)
+
+	// Within one second: the caller's ETag decides.
+	id, _ := st.CreateMultipart(ctx, "twice/fast", s3store.MultipartOptions{})
+	send("twice/fast", id, first)
+	etag := send("twice/fast", id, second)
+	parts, err := st.ListPartsPreferring(ctx, "twice/fast", id, map[int32]s3store.PartPreference{1: {ETag: `"` + etag + `"`}})
+	if err != nil || len(parts) != 1 || parts[0].Size != 2000 || strings.Trim(parts[0].ETag, `"`) != etag {
+		t.Fatalf("listed preferring the second PUT's ETag: %+v %v", parts, err)
+	}
+	bySize, err := st.ListPartsPreferring(ctx, "twice/fast", id, map[int32]s3store.PartPreference{1: {Size: 2000}})
+	if err != nil || len(bySize) != 1 || strings.Trim(bySize[0].ETag, `"`) != etag {
+		t.Fatalf("listed preferring the size the part must have: %+v %v", bySize, err)
+	}
+	complete("twice/fast", id, parts[0], second)
+
+	// Seconds apart: the newest, with nothing to prefer.
+	id, _ = st.CreateMultipart(ctx, "twice/slow", s3store.MultipartOptions{})
+	send("twice/slow", id, first)
+	time.Sleep(1100 * time.Millisecond)
+	etag = send("twice/slow", id, second)
+	parts, err = st.ListParts(ctx, "twice/slow", id)
+	if err != nil || len(parts) != 1 || strings.Trim(parts[0].ETag, `"`) != etag {
+		t.Fatalf("listed a second apart: %+v %v, want the second PUT", parts, err)
+	}
+	complete("twice/slow", id, parts[0], second)
+}
+
 // PresignParts signs a batch like PresignPart does one by one: every URL
 // works for its own part only, pinned Content-MD5s are enforced, and the
 // lifetime is kept.
 func TestPresignPartsBatch(t *testing.T) {
 	st := testenv.Store(t)
 	ctx := context.Background()
-	id, err := st.CreateMultipart(ctx, "batch", "")
+	id, err := st.CreateMultipart(ctx, "batch", s3store.MultipartOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	data := map[int32][]byte{1: randomBytes(5 << 20), 2: randomBytes(5 << 20), 3: randomBytes(1000)}
 	order := []int32{3, 1, 2}
-	reqs, err := st.PresignParts(ctx, "batch", id, order, map[int32]string{2: md5b64(data[2])}, time.Minute)
+	reqs, err := st.PresignParts(ctx, "batch", id, []s3store.PartSpec{{Number: 3}, {Number: 1}, {Number: 2, ContentMD5: md5b64(data[2])}}, time.Minute)
 	if err != nil || len(reqs) != 3 {
 		t.Fatalf("PresignParts = %d, %v", len(reqs), err)
 	}
-	single, _ := st.PresignPart(ctx, "batch", id, 1, "", time.Minute)
+	single, _ := st.PresignPart(ctx, "batch", id, s3store.PartSpec{Number: 1}, time.Minute)
 	want, _ := url.Parse(single.URL)
 	for i, req := range reqs {
 		got, _ := url.Parse(req.URL)
@@ -464,7 +542,14 @@ func TestPresignPartsBatch(t *testing.T) {
 			t.Fatalf("PUT part %d: %d %s", n, code, msg)
 		}
 	}
-	parts, err := st.ListParts(ctx, "batch", id)
+	// Part 1 was sent twice within a second: a store that lists every PUT
+	// (SeaweedFS) cannot order them by time, so the ETag the client got
+	// for its PUT picks the part.
+	prefer := map[int32]s3store.PartPreference{}
+	for n, b := range data {
+		prefer[n] = s3store.PartPreference{ETag: fmt.Sprintf("%x", md5.Sum(b))}
+	}
+	parts, err := st.ListPartsPreferring(ctx, "batch", id, prefer)
 	if err != nil || len(parts) != 3 {
 		t.Fatalf("ListParts = %+v %v", parts, err)
 	}
@@ -473,13 +558,58 @@ func TestPresignPartsBatch(t *testing.T) {
 			t.Fatalf("part %d holds other bytes: %+v", p.Number, p)
 		}
 	}
-	short, err := st.PresignParts(ctx, "batch", id, []int32{1, 2}, nil, time.Second)
+	short, err := st.PresignParts(ctx, "batch", id, []s3store.PartSpec{{Number: 1}, {Number: 2}}, time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(2100 * time.Millisecond)
 	if code, _ := put(t, short[1], []byte("late"), nil); code != 403 {
 		t.Fatalf("expired derived URL: %d, want 403", code)
+	}
+}
+
+// A part URL signed with a size stores exactly that many bytes: a longer
+// body (gigabytes into a part of megabytes) or a shorter one is refused by
+// S3's signature check, for the SDK-presigned first URL of a batch and for
+// the ones re-signed from it alike; the right size goes through.
+func TestPresignedPartSizeIsEnforced(t *testing.T) {
+	st := testenv.Store(t)
+	ctx := context.Background()
+	id, err := st.CreateMultipart(ctx, "sized", s3store.MultipartOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reqs, err := st.PresignParts(ctx, "sized", id, []s3store.PartSpec{{Number: 1, Size: 5 << 20}, {Number: 2, Size: 1000}}, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, size := range []int{5 << 20, 1000} {
+		if _, listed := reqs[i].Headers["Content-Length"]; listed {
+			t.Fatalf("URL %d lists Content-Length among the headers to send: %v", i, reqs[i].Headers)
+		}
+		for _, bad := range []int{size + 2<<20, size + 1, size - 1} {
+			// S3 answers 403 as soon as the headers fail the signature, and
+			// may reset the connection under a body still being sent.
+			r, _ := http.NewRequest(reqs[i].Method, reqs[i].URL, bytes.NewReader(randomBytes(bad)))
+			resp, err := http.DefaultClient.Do(r)
+			if err == nil {
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 403 {
+					t.Fatalf("part %d: %d bytes into a URL signed for %d: %d, want 403", i+1, bad, size, resp.StatusCode)
+				}
+			}
+		}
+		if parts, _ := st.ListParts(ctx, "sized", id); len(parts) != i {
+			t.Fatalf("after the refused bodies of part %d, S3 holds %+v", i+1, parts)
+		}
+		if code, msg := put(t, reqs[i], randomBytes(size), nil); code != 200 {
+			t.Fatalf("part %d of the signed size: %d %s", i+1, code, msg)
+		}
+	}
+	parts, err := st.ListParts(ctx, "sized", id)
+	if err != nil || len(parts) != 2 || parts[0].Size != 5<<20 || parts[1].Size != 1000 {
+		t.Fatalf("parts = %+v %v", parts, err)
 	}
 }
 
@@ -492,7 +622,7 @@ func TestObjectReaderExpectedSpans(t *testing.T) {
 	if err := st.Put(ctx, "obj", bytes.NewReader(data), int64(len(data)), ""); err != nil {
 		t.Fatal(err)
 	}
-	r := st.Open(ctx, "obj", int64(len(data)))
+	r := st.Open(ctx, "obj", int64(len(data)), "").(*s3store.ObjectReader)
 	defer r.Close()
 	spans := [][2]int64{{10, 100}, {500_000, 70_000}, {int64(len(data)) - 9, 50}}
 	for _, sp := range spans {
@@ -586,5 +716,223 @@ func TestPresignPost(t *testing.T) {
 	}
 	if _, err := st.Head(ctx, "uploads/other"); !errors.Is(err, s3store.ErrNotFound) {
 		t.Fatalf("refused POSTs left an object: %v", err)
+	}
+}
+
+// A store with checksums (VersityGW) verifies CRC32C the way S3
+// documents: the probe finds them, and a presigned part URL pinning a
+// CRC32C refuses other bytes, while a full-object checksum is checked at
+// complete. On a store the compatibility table lists without them
+// (SeaweedFS) the probe must say so, and ferry uses Content-MD5 instead.
+func TestChecksumsAreEnforced(t *testing.T) {
+	st := testenv.Store(t)
+	ctx := context.Background()
+	caps, err := st.Probe(ctx, s3store.ProbeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if objs, _ := st.ListObjects(ctx, "probe/", 10); len(objs) != 0 {
+		t.Fatalf("the probe left %v", objs)
+	}
+	want, listed := capabilities[s3Impl()][string(s3store.CapChecksums)]
+	if listed && !want {
+		if caps.ChecksumCRC32C {
+			t.Fatalf("probe = %+v, but %s has no checksums in the table", caps, s3Impl())
+		}
+		t.Skipf("%s lacks checksums (%+v): ferry falls back to Content-MD5 (TestProbeFindsWhatAStoreLacks, e2e TestStoreWithoutOptionalFeatures)", s3Impl(), caps.Missing)
+	}
+	if !caps.ChecksumCRC32C {
+		t.Fatalf("probe = %+v, want CRC32C", caps)
+	}
+	id, err := st.CreateMultipart(ctx, "crc", s3store.MultipartOptions{Checksum: s3store.ChecksumCRC32C})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p1, p2 := randomBytes(5<<20), randomBytes(1234)
+	reqs, err := st.PresignParts(ctx, "crc", id, []s3store.PartSpec{
+		{Number: 1, Size: int64(len(p1)), CRC32C: s3store.CRC32C(p1)},
+		{Number: 2, Size: int64(len(p2)), CRC32C: s3store.CRC32C(p2)},
+	}, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := append([]byte{}, p2...)
+	bad[0] ^= 1
+	if code, msg := put(t, reqs[1], bad, nil); code != 400 || !strings.Contains(msg, "BadDigest") {
+		t.Fatalf("a part with other bytes than its signed CRC32C: %d %s, want 400 BadDigest", code, msg)
+	}
+	for i, b := range [][]byte{p1, p2} {
+		if code, msg := put(t, reqs[i], b, nil); code != 200 {
+			t.Fatalf("part %d: %d %s", i+1, code, msg)
+		}
+	}
+	parts, err := st.ListParts(ctx, "crc", id)
+	if err != nil || len(parts) != 2 || parts[0].CRC32C != s3store.CRC32C(p1) || parts[1].CRC32C != s3store.CRC32C(p2) {
+		t.Fatalf("listed parts = %+v %v", parts, err)
+	}
+	cp := []s3store.CompletedPart{{Number: 1, ETag: parts[0].ETag, CRC32C: parts[0].CRC32C}, {Number: 2, ETag: parts[1].ETag, CRC32C: parts[1].CRC32C}}
+	whole := append(append([]byte{}, p1...), p2...)
+	if _, err := st.CompleteMultipart(ctx, "crc", id, cp, s3store.CRC32C(append(whole, 0))); !errors.Is(err, s3store.ErrBadDigest) {
+		t.Fatalf("complete with a wrong full-object CRC32C: %v, want ErrBadDigest", err)
+	}
+	if _, err := st.CompleteMultipart(ctx, "crc", id, cp, s3store.CRC32C(whole)); err != nil {
+		t.Fatalf("complete with the right one: %v", err)
+	}
+	got, _ := st.Get(ctx, "crc")
+	b, _ := io.ReadAll(got)
+	if !bytes.Equal(b, whole) {
+		t.Fatal("the object is not the parts")
+	}
+}
+
+// Probe finds each capability a store lacks, one at a time, on a store
+// that otherwise has what the test server has (a proxy answers as stores
+// without it do: testenv.S3Lacking), and leaves nothing behind. A CORS
+// rule that does not name the origin counts as no CORS, and a store that
+// does not answer is an error, not a store without capabilities.
+func TestProbeFindsWhatAStoreLacks(t *testing.T) {
+	ctx := context.Background()
+	const origin = "http://app.test"
+	srv := testenv.S3(t)
+	bucket := "t-lack" + testenv.RandomHex(4)
+	bootstrapped := func(t *testing.T, srv testenv.S3Server) *s3store.Store {
+		st := testenv.StoreFor(t, srv, bucket)
+		if _, err := st.Bootstrap(ctx, s3store.BootstrapOptions{CORSOrigins: []string{origin}, AbortIncompleteAfterDays: 1}); err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	st := bootstrapped(t, srv)
+	base, err := st.Probe(ctx, s3store.ProbeOptions{Origin: origin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := []s3store.Capability{s3store.CapChecksums, s3store.CapPostPolicy, s3store.CapCORS, s3store.CapLifecycle, s3store.CapCopyObject}
+	t.Logf("the server itself: %+v", base)
+	for _, k := range all {
+		t.Run("without "+string(k), func(t *testing.T) {
+			caps, err := bootstrapped(t, testenv.S3Lacking(t, srv, k)).Probe(ctx, s3store.ProbeOptions{Origin: origin})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, j := range all {
+				if want := base.Has(j) && j != k; caps.Has(j) != want {
+					t.Errorf("%s = %v, want %v (%+v)", j, caps.Has(j), want, caps.Missing)
+				}
+			}
+			found := false
+			for _, m := range caps.Missing {
+				found = found || m.Capability == k && m.Evidence != ""
+			}
+			if !found {
+				t.Errorf("no evidence for the missing %s: %+v", k, caps.Missing)
+			}
+		})
+	}
+	t.Run("another origin", func(t *testing.T) {
+		caps, err := st.Probe(ctx, s3store.ProbeOptions{Origin: "http://elsewhere.test"})
+		if err != nil || caps.CORS || caps.Has(s3store.CapCORS) {
+			t.Fatalf("CORS for an origin the rule does not name: %+v %v", caps, err)
+		}
+	})
+	if objs, err := st.ListObjects(ctx, "probe/", 10); err != nil || len(objs) != 0 {
+		t.Fatalf("the probes left objects %v (%v)", objs, err)
+	}
+	if ups, err := st.ListMultipartUploads(ctx, "probe/"); err != nil || len(ups) != 0 {
+		t.Fatalf("the probes left multipart uploads %v (%v)", ups, err)
+	}
+	t.Run("store down", func(t *testing.T) {
+		down, err := s3store.New(ctx, s3store.Config{Endpoint: "http://" + testenv.FreeAddr(t), Region: "us-east-1", Bucket: bucket,
+			AccessKey: "k", SecretKey: "s", PathStyle: true, Timeout: 2 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := down.Probe(ctx, s3store.ProbeOptions{Origin: origin}); !errors.Is(err, s3store.ErrUnavailable) {
+			t.Fatalf("Probe of a store nobody answers: %v, want ErrUnavailable", err)
+		}
+	})
+}
+
+// storeThrough is a store on the test server's bucket whose S3 calls go
+// through the API wrap makes of a plain SDK client (Config.API).
+func storeThrough(t *testing.T, wrap func(s3store.API) s3store.API) *s3store.Store {
+	t.Helper()
+	srv := testenv.S3(t)
+	client := s3.New(s3.Options{
+		BaseEndpoint: aws.String(srv.Endpoint), Region: "us-east-1", UsePathStyle: true,
+		Credentials: credentials.NewStaticCredentialsProvider(srv.AccessKey, srv.SecretKey, ""),
+	})
+	st, err := s3store.New(context.Background(), s3store.Config{
+		Endpoint: srv.Endpoint, Region: "us-east-1", Bucket: testenv.Store(t).Bucket(),
+		AccessKey: srv.AccessKey, SecretKey: srv.SecretKey, PathStyle: true, API: wrap(client),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// countingAPI passes every S3 call on and counts the PUTs of objects.
+type countingAPI struct {
+	s3store.API
+	puts atomic.Int64
+}
+
+func (c *countingAPI) PutObject(ctx context.Context, in *s3.PutObjectInput, o ...func(*s3.Options)) (*s3.PutObjectOutput, error) {
+	c.puts.Add(1)
+	return c.API.PutObject(ctx, in, o...)
+}
+
+// Config.API carries the store's S3 calls: a wrapper sees them.
+func TestInjectedAPICarriesTheCalls(t *testing.T) {
+	api := &countingAPI{}
+	st := storeThrough(t, func(client s3store.API) s3store.API { api.API = client; return api })
+	if err := st.Put(context.Background(), "through/api", strings.NewReader("hello"), 5, "text/plain"); err != nil {
+		t.Fatal(err)
+	}
+	if api.puts.Load() != 1 {
+		t.Fatalf("%d PutObject calls through the injected API, want 1", api.puts.Load())
+	}
+	if got := readBack(t, st, "through/api"); string(got) != "hello" {
+		t.Fatalf("read back %q", got)
+	}
+}
+
+// busyAPI answers the first n UploadPart calls with SlowDown, as a store
+// does while replicas that start together all probe it.
+type busyAPI struct {
+	s3store.API
+	n     atomic.Int64
+	calls atomic.Int64
+}
+
+func (b *busyAPI) UploadPart(ctx context.Context, in *s3.UploadPartInput, o ...func(*s3.Options)) (*s3.UploadPartOutput, error) {
+	b.calls.Add(1)
+	if b.n.Add(-1) >= 0 {
+		return nil, &smithy.GenericAPIError{Code: "SlowDown", Message: "please reduce your request rate"}
+	}
+	return b.API.UploadPart(ctx, in, o...)
+}
+
+// A store that is busy while ferry probes it (SlowDown, timeouts) is
+// probed again, a few times: the finding is what the store supports (as a
+// probe of it when it is not busy finds), not an error that leaves every
+// fallback, so replicas that start together agree on checksums.
+func TestProbeRetriesABusyStore(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	want, err := testenv.Store(t).Probe(ctx, s3store.ProbeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := &busyAPI{}
+	api.n.Store(3)
+	st := storeThrough(t, func(client s3store.API) s3store.API { api.API = client; return api })
+	caps, err := st.Probe(ctx, s3store.ProbeOptions{})
+	if err != nil || caps.ChecksumCRC32C != want.ChecksumCRC32C {
+		t.Fatalf("Probe after 3 SlowDown answers: %+v %v; want checksum_crc32c %v, as without them", caps, err, want.ChecksumCRC32C)
+	}
+	if api.calls.Load() < 4 {
+		t.Fatalf("%d UploadPart calls; the busy answers were not retried", api.calls.Load())
 	}
 }

@@ -13,12 +13,12 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 )
 
-// Writer streams an object of unknown size into S3 with constant memory:
+// writer streams an object of unknown size into S3 with constant memory:
 // it fills one part buffer at a time and uploads it as a multipart part
 // while the next fills. An object smaller than one part is written with a
 // single PutObject on Close. Nothing is visible under the key until Close
 // succeeds; Abort (or a failed Close) discards everything.
-type Writer struct {
+type writer struct {
 	s           *Store
 	ctx         context.Context
 	key         string
@@ -43,20 +43,40 @@ type partResult struct {
 // MinPartSize is S3's minimum size for every part but the last.
 const MinPartSize = 5 << 20
 
-// NewWriter returns a Writer for key. partSize is clamped to at least
-// MinPartSize; memory use is about two part buffers.
-func (s *Store) NewWriter(ctx context.Context, key, contentType string, partSize int) *Writer {
+// WriteObject writes an object of unknown size to key: fill writes its
+// bytes, and the object becomes visible under key only if fill returns nil
+// and the upload completes; otherwise everything written is discarded
+// (aborted) and the error returned. Memory is about two part buffers of
+// partSize (clamped to at least MinPartSize): an object smaller than one
+// part is one PutObject, a larger one a multipart upload whose next part
+// fills while the last is sent. It returns the bytes written.
+func (s *Store) WriteObject(ctx context.Context, key, contentType string, partSize int, fill func(io.Writer) error) (n int64, err error) {
+	w := s.newWriter(ctx, key, contentType, partSize)
+	defer func() {
+		if p := recover(); p != nil {
+			w.Abort()
+			panic(p)
+		}
+	}()
+	if err := fill(w); err != nil {
+		w.Abort()
+		return w.written, err
+	}
+	return w.written, w.Close()
+}
+
+func (s *Store) newWriter(ctx context.Context, key, contentType string, partSize int) *writer {
 	if partSize < MinPartSize {
 		partSize = MinPartSize
 	}
-	return &Writer{
+	return &writer{
 		s: s, ctx: ctx, key: key, contentType: contentType, partSize: partSize,
 		buf: bytes.NewBuffer(make([]byte, 0, partSize)), spare: bytes.NewBuffer(make([]byte, 0, partSize)),
 	}
 }
 
 // Write implements io.Writer.
-func (w *Writer) Write(p []byte) (int, error) {
+func (w *writer) Write(p []byte) (int, error) {
 	if w.err != nil {
 		return 0, w.err
 	}
@@ -86,9 +106,9 @@ func (w *Writer) Write(p []byte) (int, error) {
 
 // flushPart sends the full buffer as the next part, in the background, after
 // waiting for the previous part so at most one is in flight.
-func (w *Writer) flushPart() error {
+func (w *writer) flushPart() error {
 	if w.uploadID == "" {
-		id, err := w.s.CreateMultipart(w.ctx, w.key, w.contentType)
+		id, err := w.s.CreateMultipart(w.ctx, w.key, MultipartOptions{ContentType: w.contentType})
 		if err != nil {
 			return err
 		}
@@ -108,9 +128,11 @@ func (w *Writer) flushPart() error {
 	return nil
 }
 
-func (w *Writer) uploadPart(num int32, data []byte) partResult {
+func (w *writer) uploadPart(num int32, data []byte) partResult {
 	sum := md5.Sum(data)
-	out, err := w.s.api.UploadPart(w.ctx, &s3.UploadPartInput{
+	ctx, cancel := w.s.transfer(w.ctx)
+	defer cancel()
+	out, err := w.s.api.UploadPart(ctx, &s3.UploadPartInput{
 		Bucket: &w.s.bucket, Key: &w.key, UploadId: &w.uploadID, PartNumber: aws.Int32(num),
 		Body: bytes.NewReader(data), ContentLength: aws.Int64(int64(len(data))),
 		ContentMD5: aws.String(base64.StdEncoding.EncodeToString(sum[:])),
@@ -121,7 +143,7 @@ func (w *Writer) uploadPart(num int32, data []byte) partResult {
 	return partResult{part: CompletedPart{Number: num, ETag: aws.ToString(out.ETag)}}
 }
 
-func (w *Writer) wait() error {
+func (w *writer) wait() error {
 	if w.pending == nil {
 		return nil
 	}
@@ -135,10 +157,10 @@ func (w *Writer) wait() error {
 }
 
 // Written is the number of bytes accepted so far.
-func (w *Writer) Written() int64 { return w.written }
+func (w *writer) Written() int64 { return w.written }
 
 // Close uploads what remains and makes the object visible.
-func (w *Writer) Close() error {
+func (w *writer) Close() error {
 	if w.closed {
 		return w.err
 	}
@@ -164,7 +186,7 @@ func (w *Writer) Close() error {
 		w.abort()
 		return err
 	}
-	if _, err := w.s.CompleteMultipart(w.ctx, w.key, w.uploadID, w.parts); err != nil {
+	if _, err := w.s.CompleteMultipart(w.ctx, w.key, w.uploadID, w.parts, ""); err != nil {
 		w.err = fmt.Errorf("s3store: complete %s: %w", w.key, err)
 		w.abort()
 		return w.err
@@ -173,7 +195,7 @@ func (w *Writer) Close() error {
 }
 
 // Abort discards the upload. It is safe to call after Close.
-func (w *Writer) Abort() error {
+func (w *writer) Abort() error {
 	if !w.closed {
 		w.closed = true
 		w.err = errors.New("s3store: writer aborted")
@@ -181,7 +203,7 @@ func (w *Writer) Abort() error {
 	return w.abort()
 }
 
-func (w *Writer) abort() error {
+func (w *writer) abort() error {
 	if w.pending != nil {
 		<-w.pending
 		w.pending = nil
@@ -193,4 +215,4 @@ func (w *Writer) abort() error {
 	return w.s.AbortMultipart(ctx, w.key, w.uploadID)
 }
 
-var _ io.WriteCloser = (*Writer)(nil)
+var _ io.WriteCloser = (*writer)(nil)

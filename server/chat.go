@@ -2,7 +2,6 @@ package server
 
 import (
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -11,7 +10,7 @@ import (
 	"github.com/ferry-io/ferry/errkind"
 )
 
-// routeChat registers the chat API (design §4, "Chat data").
+// routeChat registers the chat API (docs/chat.md, "API").
 func (s *Server) routeChat(authed *gin.RouterGroup) {
 	authed.POST("/conversations", h(s.createConversation))
 	authed.GET("/conversations", h(s.listConversations))
@@ -44,19 +43,23 @@ func (s *Server) createConversation(c *gin.Context) error {
 	var req struct {
 		Title string `json:"title"`
 	}
-	if err := bindJSON(c, &req); err != nil {
+	if err := bindStrict(c, &req, chat.ErrInvalidTitle); err != nil {
 		return err
 	}
 	v, err := s.d.Chat.CreateConversation(c.Request.Context(), actor(c), req.Title)
 	if err != nil {
 		return err
 	}
-	c.JSON(http.StatusCreated, toConversationJSON(v))
+	c.PureJSON(http.StatusCreated, toConversationJSON(v))
 	return nil
 }
 
 func (s *Server) listConversations(c *gin.Context) error {
-	list, err := s.d.Chat.Conversations(c.Request.Context(), actor(c))
+	cursor, limit, err := pageQuery(c)
+	if err != nil {
+		return err
+	}
+	list, next, err := s.d.Chat.Conversations(c.Request.Context(), actor(c), cursor, limit)
 	if err != nil {
 		return err
 	}
@@ -64,7 +67,7 @@ func (s *Server) listConversations(c *gin.Context) error {
 	for i, v := range list {
 		out[i] = toConversationJSON(v)
 	}
-	c.JSON(http.StatusOK, gin.H{"conversations": out})
+	c.PureJSON(http.StatusOK, pageBody("conversations", out, next))
 	return nil
 }
 
@@ -72,7 +75,7 @@ func (s *Server) addMember(c *gin.Context) error {
 	var req struct {
 		UserID string `json:"user_id"`
 	}
-	if err := bindJSON(c, &req); err != nil {
+	if err := bindStrict(c, &req, nil); err != nil {
 		return err
 	}
 	if req.UserID == "" {
@@ -82,7 +85,7 @@ func (s *Server) addMember(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
-	c.JSON(http.StatusCreated, gin.H{"join_gseq": g})
+	c.PureJSON(http.StatusCreated, gin.H{"join_gseq": g})
 	return nil
 }
 
@@ -91,7 +94,7 @@ func (s *Server) removeMember(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
-	c.JSON(http.StatusOK, gin.H{"leave_gseq": g})
+	c.PureJSON(http.StatusOK, gin.H{"leave_gseq": g})
 	return nil
 }
 
@@ -107,6 +110,8 @@ type messageJSON struct {
 	// the reader; the proxy checks on every request that the reader can
 	// still see the message.
 	AttachmentURLs map[string]string `json:"attachment_urls,omitempty"`
+	// AttachmentURLsExpire is when those links stop working.
+	AttachmentURLsExpire *time.Time `json:"attachment_urls_expire_at,omitempty"`
 }
 
 func (s *Server) postMessage(c *gin.Context) error {
@@ -114,23 +119,23 @@ func (s *Server) postMessage(c *gin.Context) error {
 		Body        string   `json:"body"`
 		Attachments []string `json:"attachments"`
 	}
-	if err := bindJSON(c, &req); err != nil {
+	if err := bindStrict(c, &req, chat.ErrInvalidBody); err != nil {
 		return err
 	}
 	m, err := s.d.Chat.Post(c.Request.Context(), actor(c), c.Param("id"), req.Body, req.Attachments)
 	if err != nil {
 		return err
 	}
-	c.JSON(http.StatusCreated, gin.H{"seq": m.Seq, "gseq": m.Gseq})
+	c.PureJSON(http.StatusCreated, gin.H{"seq": m.Seq, "gseq": m.Gseq})
 	return nil
 }
 
 func (s *Server) listMessages(c *gin.Context) error {
-	after, err := queryInt(c, "after")
+	after, err := queryWhole(c, "after", 0)
 	if err != nil {
 		return err
 	}
-	limit, err := queryInt(c, "limit")
+	limit, err := queryWhole(c, "limit", 0)
 	if err != nil {
 		return err
 	}
@@ -144,10 +149,11 @@ func (s *Server) listMessages(c *gin.Context) error {
 		if out[i].Attachments == nil {
 			out[i].Attachments = []string{}
 		}
-		if s.d.Downloads != nil && len(m.Attachments) > 0 {
+		if s.d.Links != nil && len(m.Attachments) > 0 {
 			out[i].AttachmentURLs = map[string]string{}
 			for _, id := range m.Attachments {
-				out[i].AttachmentURLs[id], _ = s.d.Downloads.Link(id, caller(c).ID)
+				l := s.d.Links.Link(id, caller(c).ID)
+				out[i].AttachmentURLs[id], out[i].AttachmentURLsExpire = l.URL, &l.ExpiresAt
 			}
 		}
 	}
@@ -155,32 +161,19 @@ func (s *Server) listMessages(c *gin.Context) error {
 	if len(list) > 0 {
 		resp["next_after"] = list[len(list)-1].Seq
 	}
-	c.JSON(http.StatusOK, resp)
+	c.PureJSON(http.StatusOK, resp)
 	return nil
 }
 
 func (s *Server) recallMessage(c *gin.Context) error {
-	seq, err := strconv.ParseInt(c.Param("seq"), 10, 64)
-	if err != nil || seq <= 0 {
-		return errkind.Invalidf("invalid_seq", "seq must be a positive integer")
+	seq, err := positive(c.Param("seq"), "seq")
+	if err != nil {
+		return err
 	}
 	g, err := s.d.Chat.Recall(c.Request.Context(), actor(c), c.Param("id"), seq)
 	if err != nil {
 		return err
 	}
-	c.JSON(http.StatusOK, gin.H{"recall_gseq": g})
+	c.PureJSON(http.StatusOK, gin.H{"recall_gseq": g})
 	return nil
-}
-
-// queryInt reads an optional non-negative integer query parameter.
-func queryInt(c *gin.Context, name string) (int64, error) {
-	v := c.Query(name)
-	if v == "" {
-		return 0, nil
-	}
-	n, err := strconv.ParseInt(v, 10, 64)
-	if err != nil || n < 0 {
-		return 0, errkind.Invalidf("invalid_"+name, "%s must be a non-negative integer", name)
-	}
-	return n, nil
 }

@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"encoding/json"
+	"math"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -23,10 +24,16 @@ import (
 // bearer token, from another origin if FERRY_CORS_ORIGINS allows it.
 // Errors are Companion's {"error": "..."} (with ferry's code alongside).
 func (s *Server) routeCompanion(e *gin.Engine) {
-	g := e.Group("/s3", s.companionCORS(), companionErrors, s.authenticate(), requireUser)
+	s.companionRoutes(e.Group("/s3", s.companionCORS(), companionErrors, s.authenticate(), requireUser))
+	// The same routes with an upload ticket in the path, for Uppy 6, whose
+	// companionEndpoint sends no Authorization header (tickets.go).
+	s.companionRoutes(e.Group(ticketPathPrefix+"/s3", s.companionCORS(), companionErrors, s.ticketFromPath, requireUser))
+}
+
+func (s *Server) companionRoutes(g *gin.RouterGroup) {
 	g.OPTIONS("/*path", func(*gin.Context) {}) // answered by companionCORS
-	g.GET("/params", h(s.companionParams))
-	g.POST("/multipart", h(s.companionCreate))
+	g.GET("/params", s.refuseCrossSite, s.limitCreates, h(s.companionParams))
+	g.POST("/multipart", s.limitCreates, h(s.companionCreate))
 	g.GET("/multipart/:uploadId", h(s.companionParts))
 	g.DELETE("/multipart/:uploadId", h(s.companionAbort))
 	g.GET("/multipart/:uploadId/batch", h(s.companionSignBatch))
@@ -39,38 +46,30 @@ func (s *Server) routeCompanion(e *gin.Engine) {
 // Companion's i-am header is deliberately not sent: Uppy would redirect
 // later requests to the host it names.
 func (s *Server) companionCORS() gin.HandlerFunc {
-	return func(c *gin.Context) {
-		origin := c.GetHeader("Origin")
-		allowed := origin != "" && s.allowedOrigin(origin)
-		if allowed {
-			hd := c.Writer.Header()
-			hd.Set("Access-Control-Allow-Origin", origin)
-			hd.Set("Access-Control-Allow-Credentials", "true")
-			hd.Add("Vary", "Origin")
-		}
-		if c.Request.Method != http.MethodOptions {
-			c.Next()
-			return
-		}
-		if !allowed {
-			abort(c, errkind.New(errkind.Forbidden, "cross_origin", "this origin may not call ferry"))
-			return
-		}
-		hd := c.Writer.Header()
-		hd.Set("Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS")
-		hd.Set("Access-Control-Allow-Headers", "Authorization, Content-Type, Accept, Uppy-Versions")
-		hd.Set("Access-Control-Max-Age", "600")
-		c.AbortWithStatus(http.StatusNoContent)
-	}
+	return s.cors(true, "GET, POST, DELETE, OPTIONS", "Authorization, Content-Type, Accept, Uppy-Versions")
 }
 
-func (s *Server) allowedOrigin(origin string) bool {
-	for _, o := range s.d.Origins {
-		if o == origin {
-			return true
+var errCrossSiteParams = errkind.New(errkind.Forbidden, "cross_origin", "s3: POST policies are only given to ferry's own pages and origins")
+
+// refuseCrossSite guards GET /s3/params, a GET that opens an upload (it
+// has to be a GET: Uppy 6 calls it so). SameSite=Lax still sends the
+// session cookie when a page elsewhere navigates the browser to it, and
+// CrossOriginProtection lets every GET through, so this check asks the
+// browser itself: Sec-Fetch-Site other than same-origin or none (typed,
+// bookmarked) is refused, unless the request is a CORS fetch from one of
+// ferry's origins (Uppy 5 on an allowed origin), which a navigation never
+// is since it carries no Origin. Clients that send no Sec-Fetch-Site are
+// not browsers, or too old to tell.
+func (s *Server) refuseCrossSite(c *gin.Context) {
+	switch c.GetHeader("Sec-Fetch-Site") {
+	case "", "same-origin", "none":
+	default:
+		if !s.allowedOrigin(c.GetHeader("Origin")) {
+			abort(c, errCrossSiteParams)
+			return
 		}
 	}
-	return false
+	c.Next()
 }
 
 // companionErrors makes the errors of the routes behind it, their
@@ -83,7 +82,9 @@ func companionErrors(c *gin.Context) {
 
 // companionBody reads a JSON object body leniently, as Companion's
 // express.json() does: unknown fields are ignored, types are checked by
-// the handler.
+// the handler. Like express.json(), it reads only application/json (what
+// Uppy 5 and 6 send with every body); where Companion would then see an
+// empty object, ferry says what to send.
 func companionBody(c *gin.Context, dst any) error {
 	body, err := readBody(c)
 	if err != nil {
@@ -91,6 +92,8 @@ func companionBody(c *gin.Context, dst any) error {
 	}
 	if len(body) == 0 {
 		body = []byte("{}")
+	} else if err := requireJSON(c.Request); err != nil {
+		return err
 	}
 	if err := json.Unmarshal(body, dst); err != nil {
 		return errkind.New(errkind.Invalid, "invalid_json", "s3: %s", describeJSONError(err))
@@ -107,12 +110,14 @@ func companionKey(c *gin.Context) error {
 	return nil
 }
 
+// companionPartNumber reads a part number in a Companion path or list; the
+// upload decides whether it is within its parts.
 func companionPartNumber(v string) (int, error) {
-	n, err := strconv.Atoi(strings.TrimSpace(v))
-	if err != nil || n < 1 || n > upload.MaxParts {
-		return 0, errkind.Invalidf("invalid_part_number", "s3: the part number must be a number between 1 and %d.", upload.MaxParts)
+	n, ok := parseWhole(v, 1)
+	if !ok || n > math.MaxInt32 {
+		return 0, errkind.Invalidf("invalid_part_number", "s3: the part number must be a number between 1 and %d.", upload.MaxPartNumber)
 	}
-	return n, nil
+	return int(n), nil
 }
 
 func (s *Server) companionCreate(c *gin.Context) error {
@@ -131,34 +136,16 @@ func (s *Server) companionCreate(c *gin.Context) error {
 	if !isJSONString(req.Type) || json.Unmarshal(req.Type, &ct) != nil {
 		return errkind.Invalidf("invalid_content_type", "s3: content type must be a string")
 	}
-	if err := checkMetadata(req.Metadata); err != nil {
-		return err
-	}
-	m, err := s.d.Uploads.InitMultipart(c.Request.Context(), caller(c).ID, upload.OpenRequest{FileName: name, ContentType: ct})
+	meta, err := upload.ParseMetadata(req.Metadata, "metadata")
 	if err != nil {
 		return err
 	}
-	c.JSON(http.StatusOK, gin.H{"key": m.Key, "uploadId": m.S3UploadID, "bucket": m.Bucket})
-	return nil
-}
-
-// checkMetadata accepts what Uppy sends as metadata: absent, null, or an
-// object of scalar values (null included). ferry does not store it.
-func checkMetadata(raw json.RawMessage) error {
-	if len(raw) == 0 || string(raw) == "null" {
-		return nil
+	m, err := s.d.Uploads.InitMultipart(c.Request.Context(), caller(c).ID,
+		upload.OpenRequest{FileName: name, ContentType: ct, Metadata: meta, Ticket: ticketOf(c)})
+	if err != nil {
+		return err
 	}
-	var m map[string]any
-	if err := json.Unmarshal(raw, &m); err != nil {
-		return errkind.Invalidf("invalid_metadata", "s3: metadata must be an object")
-	}
-	for k, v := range m {
-		switch v.(type) {
-		case nil, string, float64, bool:
-		default:
-			return errkind.Invalidf("invalid_metadata", "s3: metadata %q must be a string or null", k)
-		}
-	}
+	c.PureJSON(http.StatusOK, gin.H{"key": m.Key, "uploadId": m.S3UploadID, "bucket": m.Bucket})
 	return nil
 }
 
@@ -182,7 +169,7 @@ func (s *Server) companionParts(c *gin.Context) error {
 		out[i] = companionPart{PartNumber: p.Number, ETag: p.ETag, Size: p.Size, LastModified: p.LastModified.UTC()}
 	}
 	c.Header("Cache-Control", "no-store")
-	c.JSON(http.StatusOK, out)
+	c.PureJSON(http.StatusOK, out)
 	return nil
 }
 
@@ -204,7 +191,7 @@ func (s *Server) companionSignPart(c *gin.Context) error {
 		return err
 	}
 	u := urls[n]
-	c.JSON(http.StatusOK, gin.H{"url": u.URL, "expires": expiresIn(u.ExpiresAt)})
+	c.PureJSON(http.StatusOK, gin.H{"url": u.URL, "expires": expiresIn(u.ExpiresAt)})
 	return nil
 }
 
@@ -232,7 +219,7 @@ func (s *Server) companionSignBatch(c *gin.Context) error {
 	for n, u := range urls {
 		out[strconv.Itoa(n)] = u.URL
 	}
-	c.JSON(http.StatusOK, gin.H{"presignedUrls": out})
+	c.PureJSON(http.StatusOK, gin.H{"presignedUrls": out})
 	return nil
 }
 
@@ -263,7 +250,7 @@ func (s *Server) companionComplete(c *gin.Context) error {
 	// Where Companion answers S3's object URL, ferry answers the upload's
 	// own status URL: the object is private, and the upload is verified in
 	// the background, so that is where a client follows it.
-	c.JSON(http.StatusOK, gin.H{"location": s.d.PublicURL + "/uploads/" + m.UploadID, "key": m.Key, "bucket": m.Bucket})
+	c.PureJSON(http.StatusOK, gin.H{"location": s.d.PublicURL + "/uploads/" + m.UploadID, "key": m.Key, "bucket": m.Bucket})
 	return nil
 }
 
@@ -291,8 +278,8 @@ func companionCompletedParts(raw json.RawMessage) ([]upload.ClientPart, error) {
 			return nil, errCompanionParts
 		}
 		v, err := n.Int64()
-		if err != nil || v < 1 || v > upload.MaxParts {
-			return nil, errkind.Invalidf("invalid_parts", "s3: part numbers must be between 1 and %d", upload.MaxParts)
+		if err != nil || v < 1 || v > upload.MaxPartNumber {
+			return nil, errkind.Invalidf("invalid_parts", "s3: part numbers must be between 1 and %d", upload.MaxPartNumber)
 		}
 		out[i] = upload.ClientPart{Number: int(v), ETag: etag}
 	}
@@ -306,14 +293,15 @@ func (s *Server) companionAbort(c *gin.Context) error {
 	if _, err := s.d.Uploads.AbortMultipart(c.Request.Context(), caller(c).ID, c.Param("uploadId")); err != nil {
 		return err
 	}
-	c.JSON(http.StatusOK, gin.H{})
+	c.PureJSON(http.StatusOK, gin.H{})
 	return nil
 }
 
 // companionParams answers a POST policy for a browser form upload straight
-// to S3: {method, url, fields, expires}, fields.key included. The upload
-// goes through ferry's upload service like any other (package upload,
-// InitPost).
+// to S3: {method, url, fields, expires}, fields.key included; or, on a store
+// without POST policies, a presigned PUT: {method: "PUT", url, fields: {},
+// headers, expires}. The upload goes through ferry's upload service like
+// any other (package upload, InitPost).
 func (s *Server) companionParams(c *gin.Context) error {
 	q := c.Request.URL.Query()
 	name := q.Get("filename")
@@ -321,6 +309,7 @@ func (s *Server) companionParams(c *gin.Context) error {
 		return errkind.Invalidf("invalid_file_name", "s3: filename must be a non-empty string")
 	}
 	fields := map[string]string{"success_action_status": "201"}
+	sent := map[string]string{}
 	for k, v := range q {
 		meta, ok := strings.CutPrefix(k, "metadata[")
 		if !ok {
@@ -331,13 +320,25 @@ func (s *Server) companionParams(c *gin.Context) error {
 			return errkind.Invalidf("invalid_metadata", "s3: metadata names and values must be ASCII-safe")
 		}
 		fields["x-amz-meta-"+strings.ToLower(meta)] = v[0]
+		sent[meta] = v[0]
 	}
-	p, err := s.d.Uploads.InitPost(c.Request.Context(), caller(c).ID, upload.OpenRequest{FileName: name, ContentType: q.Get("type")}, fields)
+	meta, err := upload.MetadataFromStrings(sent, "metadata")
+	if err != nil {
+		return err
+	}
+	p, err := s.d.Uploads.InitPost(c.Request.Context(), caller(c).ID,
+		upload.OpenRequest{FileName: name, ContentType: q.Get("type"), Metadata: meta, Ticket: ticketOf(c)}, fields)
 	if err != nil {
 		return err
 	}
 	c.Header("Cache-Control", "no-store")
-	c.JSON(http.StatusOK, gin.H{"method": "POST", "url": p.Policy.URL, "fields": p.Policy.Fields, "expires": expiresIn(p.Policy.ExpiresAt)})
+	if p.Method == http.MethodPut {
+		// A store without POST policies: Uppy sends the file as the body of
+		// a PUT with these headers, as it does for any PUT parameters.
+		c.PureJSON(http.StatusOK, gin.H{"method": "PUT", "url": p.Put.URL, "fields": gin.H{}, "headers": p.Put.Headers, "expires": expiresIn(p.Put.ExpiresAt)})
+		return nil
+	}
+	c.PureJSON(http.StatusOK, gin.H{"method": "POST", "url": p.Policy.URL, "fields": p.Policy.Fields, "expires": expiresIn(p.Policy.ExpiresAt)})
 	return nil
 }
 

@@ -253,6 +253,55 @@ func TestCompanionBadRequests(t *testing.T) {
 	})
 }
 
+// Issue 11, item 6: GET /s3/params opens an upload, so a page elsewhere
+// must not make the browser call it. A navigation from another site (or a
+// sibling subdomain) carries the SameSite=Lax cookie and Sec-Fetch-Site
+// cross-site (same-site) but no Origin, and is refused with nothing
+// created; ferry's own pages (same-origin), typed URLs (none), CORS
+// fetches from ferry's origins and non-browser clients get their policy.
+func TestCompanionParamsRefusesCrossSite(t *testing.T) {
+	db := testenv.NewDB(t, "sqlite")
+	a := newAPI(t, db)
+	tok := a.user("alice")
+	r := a.do("POST", "/session", "", map[string]any{"token": tok})
+	cookie := r.Header.Get("Set-Cookie")
+	cookie = cookie[:strings.Index(cookie, ";")]
+	count := func() (n int64) { db.DB.Model(&models.Upload{}).Count(&n); return n }
+	const params = "/s3/params?filename=a.txt&type=text/plain"
+	for _, tc := range []struct {
+		name   string
+		token  string
+		header []string
+		status int
+	}{
+		{"navigation from another site", "", []string{"Cookie", cookie, "Sec-Fetch-Site", "cross-site", "Sec-Fetch-Mode", "navigate"}, 403},
+		{"navigation from a sibling subdomain", "", []string{"Cookie", cookie, "Sec-Fetch-Site", "same-site", "Sec-Fetch-Mode", "navigate"}, 403},
+		{"fetch from another site", "", []string{"Cookie", cookie, "Sec-Fetch-Site", "cross-site", "Origin", "http://evil.example"}, 403},
+		{"bearer token from another site", tok, []string{"Sec-Fetch-Site", "cross-site", "Origin", "http://evil.example"}, 403},
+		{"ferry's own page (Uppy 6)", "", []string{"Cookie", cookie, "Sec-Fetch-Site", "same-origin", "Sec-Fetch-Mode", "cors"}, 200},
+		{"typed into the address bar", "", []string{"Cookie", cookie, "Sec-Fetch-Site", "none", "Sec-Fetch-Mode", "navigate"}, 200},
+		{"CORS fetch from ferry's origin (Uppy 5)", tok, []string{"Sec-Fetch-Site", "cross-site", "Origin", "http://localhost"}, 200},
+		{"no browser", tok, nil, 200},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := count()
+			r := a.do("GET", params, tc.token, nil, tc.header...)
+			if tc.status != 200 {
+				companionError(t, r, tc.status)
+			} else if r.Status != 200 {
+				t.Fatalf("%d %s", r.Status, r.Body)
+			}
+			want := int64(0)
+			if tc.status == 200 {
+				want = 1
+			}
+			if opened := count() - before; opened != want {
+				t.Fatalf("answered %d and opened %d uploads", r.Status, opened)
+			}
+		})
+	}
+}
+
 // Browsers on ferry's origins may call the Companion routes with cookies
 // or an Authorization header; others get no CORS grant. Companion's i-am
 // header is never sent.
@@ -317,7 +366,7 @@ func TestCompanionParams(t *testing.T) {
 		if code, body := testenv.PostForm(t, m["url"].(string), form, data); code != 201 {
 			t.Fatalf("form POST: %d %s", code, body)
 		}
-		id := strings.TrimPrefix(fields["key"].(string), "uploads/")
+		id := strings.TrimPrefix(fields["key"].(string), "posts/")
 		st := a.waitState(tok, id, "success")
 		if st["sha256"] != hexSHA(data) || st["file_name"] != "photo.jpg" {
 			t.Fatalf("adopted upload = %v", st)

@@ -13,9 +13,6 @@ import (
 // and aria2 need nothing else, and a browser with a stale session cookie
 // can still download. Gin's GET does not answer HEAD, hence both.
 func (s *Server) routeDownloads(e *gin.Engine) {
-	if s.d.Downloads == nil {
-		return
-	}
 	e.GET(download.PathPrefix+":id", s.download)
 	e.HEAD(download.PathPrefix+":id", s.download)
 }

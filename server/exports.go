@@ -13,10 +13,10 @@ import (
 // the body is one short field.
 const exportBodyLimit = 4 << 10
 
-// routeExports registers the export API (design §4, "API"). The download
+// routeExports registers the export API (docs/exports.md). The download
 // route is the download proxy's.
 func (s *Server) routeExports(authed, admin *gin.RouterGroup) {
-	authed.POST("/exports", h(s.createExport))
+	authed.POST("/exports", s.limitCreates, h(s.createExport))
 	authed.GET("/exports", h(s.listExports))
 	authed.GET("/exports/:id", h(s.getExport))
 	authed.DELETE("/exports/:id", h(s.revokeExport(false)))
@@ -48,16 +48,18 @@ func toExportJSON(v export.View) exportJSON {
 }
 
 func (s *Server) createExport(c *gin.Context) error {
-	key, err := export.ParseIdempotencyKey(c.Request.Header.Values("Idempotency-Key"))
+	key, err := parseIdempotencyKey(c.Request.Header.Values("Idempotency-Key"))
 	if err != nil {
 		return err
 	}
 	c.Request.Body = http.MaxBytesReader(c.Writer, c.Request.Body, exportBodyLimit)
-	var req export.Request
-	if err := bindJSON(c, &req); err != nil {
+	var req struct {
+		Scope string `json:"scope"`
+	}
+	if err := bindStrict(c, &req, nil); err != nil {
 		return err
 	}
-	v, replayed, err := s.d.Exports.Create(c.Request.Context(), caller(c).ID, key, req)
+	v, replayed, err := s.d.Exports.Create(c.Request.Context(), caller(c).ID, key, export.Request{Scope: req.Scope})
 	if err != nil {
 		return err
 	}
@@ -66,12 +68,16 @@ func (s *Server) createExport(c *gin.Context) error {
 		status = http.StatusOK
 	}
 	c.Header("Location", "/exports/"+v.ID)
-	c.JSON(status, gin.H{"job_id": v.ID, "state": v.State, "replayed": replayed})
+	c.PureJSON(status, gin.H{"job_id": v.ID, "state": v.State, "replayed": replayed})
 	return nil
 }
 
 func (s *Server) listExports(c *gin.Context) error {
-	list, err := s.d.Exports.List(c.Request.Context(), caller(c).ID, 100)
+	cursor, limit, err := pageQuery(c)
+	if err != nil {
+		return err
+	}
+	list, next, err := s.d.Exports.List(c.Request.Context(), caller(c).ID, cursor, limit)
 	if err != nil {
 		return err
 	}
@@ -80,7 +86,7 @@ func (s *Server) listExports(c *gin.Context) error {
 		out[i] = toExportJSON(v)
 		out[i].DownloadURL, out[i].LinkExpires = "", nil // links come one export at a time
 	}
-	c.JSON(http.StatusOK, gin.H{"exports": out})
+	c.PureJSON(http.StatusOK, pageBody("exports", out, next))
 	return nil
 }
 
@@ -90,7 +96,7 @@ func (s *Server) getExport(c *gin.Context) error {
 		return err
 	}
 	c.Header("Cache-Control", "no-store") // the answer carries a signed link
-	c.JSON(http.StatusOK, toExportJSON(v))
+	c.PureJSON(http.StatusOK, toExportJSON(v))
 	return nil
 }
 
@@ -104,7 +110,7 @@ func (s *Server) revokeExport(asAdmin bool) func(*gin.Context) error {
 		if err != nil {
 			return err
 		}
-		c.JSON(http.StatusOK, toExportJSON(v))
+		c.PureJSON(http.StatusOK, toExportJSON(v))
 		return nil
 	}
 }

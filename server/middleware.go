@@ -1,8 +1,6 @@
 package server
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -17,6 +15,7 @@ import (
 
 	"github.com/ferry-io/ferry/errkind"
 	"github.com/ferry-io/ferry/internal/logctx"
+	"github.com/ferry-io/ferry/internal/random"
 	"github.com/ferry-io/ferry/users"
 )
 
@@ -28,9 +27,7 @@ func requestID() gin.HandlerFunc {
 	return func(c *gin.Context) {
 		id := c.GetHeader("X-Request-Id")
 		if !requestIDPattern.MatchString(id) {
-			b := make([]byte, 8)
-			_, _ = rand.Read(b)
-			id = hex.EncodeToString(b)
+			id = random.Hex(8)
 		}
 		c.Header("X-Request-Id", id)
 		c.Request = c.Request.WithContext(logctx.WithRequestID(c.Request.Context(), id))
@@ -95,12 +92,15 @@ func accessLog(log *slog.Logger, m *httpMetrics) gin.HandlerFunc {
 		m.duration.WithLabelValues(route, c.Request.Method).Observe(elapsed.Seconds())
 
 		attrs := []any{
-			"method", c.Request.Method, "route", route, "path", c.Request.URL.Path,
+			"method", c.Request.Method, "route", route, "path", logPath(route, c.Request.URL.Path),
 			"status", status, "bytes", c.Writer.Size(), "duration_ms", float64(elapsed.Microseconds()) / 1000,
 			"remote", c.ClientIP(), "user_agent", c.Request.UserAgent(),
 		}
 		if u, ok := c.Get(userKey); ok {
 			attrs = append(attrs, "user_id", u.(users.User).ID)
+		}
+		if k, ok := serviceKey(c); ok {
+			attrs = append(attrs, "service_key_id", k.ID)
 		}
 		level := slog.LevelInfo
 		if len(c.Errors) > 0 {
@@ -114,6 +114,19 @@ func accessLog(log *slog.Logger, m *httpMetrics) gin.HandlerFunc {
 		}
 		log.Log(c.Request.Context(), level, "http request", attrs...)
 	}
+}
+
+// logPath is the path to log: a ticket in the path (Uppy 6's routes) is
+// a credential, and stays out of the logs.
+func logPath(route, path string) string {
+	if !strings.HasPrefix(route, ticketPathPrefix+"/") {
+		return path
+	}
+	rest := strings.TrimPrefix(path, "/tickets/")
+	if i := strings.IndexByte(rest, '/'); i >= 0 {
+		return "/tickets/REDACTED" + rest[i:]
+	}
+	return "/tickets/REDACTED"
 }
 
 // bodyLimit caps request bodies. ferry's API takes JSON only; file bytes go

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -30,7 +31,7 @@ type Problem struct {
 // members are siblings of the standard ones.
 func (p Problem) MarshalJSON() ([]byte, error) {
 	type plain Problem
-	b, err := json.Marshal(plain(p))
+	b, err := marshal(plain(p))
 	if err != nil || len(p.Extra) == 0 {
 		return b, err
 	}
@@ -43,22 +44,37 @@ func (p Problem) MarshalJSON() ([]byte, error) {
 			m[k] = v
 		}
 	}
-	return json.Marshal(m)
+	return marshal(m)
+}
+
+// marshal is json.Marshal without HTML escaping, as every answer ferry
+// writes (through c.PureJSON): a URL in JSON keeps its "&" instead of
+// "\u0026", so one copied from curl's output works.
+func marshal(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }
 
 // statusOf is the one error→status table.
 var statusOf = map[*errkind.Kind]int{
-	errkind.Invalid:             http.StatusBadRequest,
-	errkind.Unauthenticated:     http.StatusUnauthorized,
-	errkind.Forbidden:           http.StatusForbidden,
-	errkind.NotFound:            http.StatusNotFound,
-	errkind.Conflict:            http.StatusConflict,
-	errkind.Gone:                http.StatusGone,
-	errkind.PreconditionFailed:  http.StatusPreconditionFailed,
-	errkind.RangeNotSatisfiable: http.StatusRequestedRangeNotSatisfiable,
-	errkind.TooLarge:            http.StatusRequestEntityTooLarge,
-	errkind.Unprocessable:       http.StatusUnprocessableEntity,
-	errkind.Unavailable:         http.StatusServiceUnavailable,
+	errkind.Invalid:              http.StatusBadRequest,
+	errkind.Unauthenticated:      http.StatusUnauthorized,
+	errkind.Forbidden:            http.StatusForbidden,
+	errkind.NotFound:             http.StatusNotFound,
+	errkind.Conflict:             http.StatusConflict,
+	errkind.Gone:                 http.StatusGone,
+	errkind.PreconditionFailed:   http.StatusPreconditionFailed,
+	errkind.RangeNotSatisfiable:  http.StatusRequestedRangeNotSatisfiable,
+	errkind.TooLarge:             http.StatusRequestEntityTooLarge,
+	errkind.UnsupportedMediaType: http.StatusUnsupportedMediaType,
+	errkind.Unprocessable:        http.StatusUnprocessableEntity,
+	errkind.TooManyRequests:      http.StatusTooManyRequests,
+	errkind.Unavailable:          http.StatusServiceUnavailable,
 }
 
 // defaultCode names the code used when an error carries a kind but no
@@ -74,7 +90,9 @@ var defaultCode = map[int]string{
 	http.StatusPreconditionFailed:           "precondition_failed",
 	http.StatusRequestEntityTooLarge:        "body_too_large",
 	http.StatusRequestedRangeNotSatisfiable: "range_not_satisfiable",
+	http.StatusUnsupportedMediaType:         "unsupported_media_type",
 	http.StatusUnprocessableEntity:          "unprocessable",
+	http.StatusTooManyRequests:              "too_many_requests",
 	http.StatusInternalServerError:          "internal",
 	http.StatusServiceUnavailable:           "unavailable",
 }
@@ -97,17 +115,21 @@ func problemFor(ctx context.Context, err error) Problem {
 	}
 	p := Problem{Type: "about:blank", Status: status, Title: http.StatusText(status), Code: defaultCode[status], RequestID: logctx.RequestID(ctx)}
 	var e *errkind.Error
-	if status < 500 && errors.As(err, &e) {
+	// An outage's code and detail say which dependency is down
+	// (storage_unavailable, database_unavailable, storage_full); like every
+	// errkind detail they are written for clients, never internal text.
+	classified := errors.As(err, &e) && (status < 500 || status == http.StatusServiceUnavailable)
+	if classified {
 		if e.Code != "" {
 			p.Code = e.Code
 		}
 		p.Detail = e.Detail
 		p.Extra = e.Fields
 	}
-	if status >= 500 {
+	if status >= 500 && !classified {
 		p.Detail = "an internal error occurred; quote the request id when reporting it"
 		if status == http.StatusServiceUnavailable {
-			p.Detail = "a storage dependency is unavailable; retry later"
+			p.Detail = "a dependency is unavailable; retry later"
 		}
 	}
 	return p
@@ -124,8 +146,13 @@ func writeProblem(c *gin.Context, p Problem) {
 		if msg == "" {
 			msg = p.Title
 		}
+		body := gin.H{}
+		for k, v := range p.Extra { // such as a quota's limit and usage
+			body[k] = v
+		}
+		body["error"], body["code"] = msg, p.Code
 		c.Header("Cache-Control", "no-store")
-		c.JSON(p.Status, gin.H{"error": msg, "code": p.Code})
+		c.PureJSON(p.Status, body)
 		return
 	}
 	writeProblemTo(c.Writer, c.Request.URL.Path, p)
@@ -137,7 +164,7 @@ func writeProblemTo(w http.ResponseWriter, path string, p Problem) {
 	if p.Instance == "" {
 		p.Instance = path
 	}
-	b, err := json.Marshal(p)
+	b, err := marshal(p)
 	if err != nil {
 		b = []byte(`{"type":"about:blank","title":"Internal Server Error","status":500,"code":"internal"}`)
 	}
@@ -153,6 +180,11 @@ func writeProblemTo(w http.ResponseWriter, path string, p Problem) {
 func abort(c *gin.Context, err error) {
 	p := problemFor(c.Request.Context(), err)
 	_ = c.Error(err)
+	// A domain limit that knows when it frees (an export quota) says so
+	// the way the rate limits do.
+	if secs, ok := p.Extra["retry_after"].(int); ok && p.Status == http.StatusTooManyRequests && c.Writer.Header().Get("Retry-After") == "" {
+		c.Header("Retry-After", strconv.Itoa(secs))
+	}
 	writeProblem(c, p)
 	c.Abort()
 }

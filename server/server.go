@@ -2,9 +2,11 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -13,9 +15,12 @@ import (
 
 	"github.com/ferry-io/ferry/chat"
 	"github.com/ferry-io/ferry/download"
+	"github.com/ferry-io/ferry/erasure"
 	"github.com/ferry-io/ferry/errkind"
 	"github.com/ferry-io/ferry/export"
+	"github.com/ferry-io/ferry/internal/ratelimit"
 	"github.com/ferry-io/ferry/notify"
+	"github.com/ferry-io/ferry/quota"
 	"github.com/ferry-io/ferry/upload"
 	"github.com/ferry-io/ferry/users"
 )
@@ -35,40 +40,79 @@ type Deps struct {
 	Webhooks   *notify.Service   // nil: no webhook routes
 	Uploads    *upload.Service   // nil leaves the upload and files routes out
 	Downloads  *download.Service // nil: no /download route
+	Links      *download.Links   // signs chat attachments' links; nil: none
 	Chat       *chat.Service
 	Exports    *export.Service
-	Web        fs.FS // the browser UI's files (package web); nil serves no UI
+	Quotas     *quota.Service
+	Erasure    *erasure.Service // nil: no DELETE /admin/users/{id}
+	Web        fs.FS            // the browser UI's files (package web); nil serves no UI
 	Gatherer   prometheus.Gatherer
 	Registerer prometheus.Registerer
-	Ready      []ReadyCheck
+	// MetricsElsewhere leaves /metrics out of this router, for when
+	// FERRY_METRICS_ADDR serves it on a listener of its own.
+	MetricsElsewhere bool
+	Ready            []ReadyCheck
 
-	MaxBodyBytes  int64
-	PublicURL     string   // how browsers reach ferry (scheme://host[:port])
-	Origins       []string // ferry's browser origins, for the CSRF check and CORS
-	SecureCookies bool
-	SessionTTL    time.Duration
+	MaxBodyBytes int64
+	PublicURL    string   // how browsers reach ferry (scheme://host[:port])
+	Origins      []string // ferry's browser origins, for the CSRF check and CORS
+	// TrustedProxies are the peers whose X-Forwarded-For (or X-Real-IP)
+	// names the client; nil means loopback only, an empty slice none.
+	TrustedProxies []netip.Prefix
+	SecureCookies  bool
+
+	// AuthFailureLimit bounds refused credentials per client address
+	// (FERRY_RATE_AUTH_FAILURES); CreateLimit bounds new uploads, POST
+	// policies and exports per user (FERRY_RATE_CREATES). The zero Limit is
+	// none. Both are kept in this process's memory.
+	AuthFailureLimit ratelimit.Limit
+	CreateLimit      ratelimit.Limit
+
+	// JWT verifies the host app's tokens (FERRY_JWT_*); nil refuses every
+	// bearer JWT with 401 jwt_not_accepted.
+	JWT *users.JWTVerifier
 }
 
 // Server is ferry's HTTP API.
 type Server struct {
 	d      Deps
 	engine *gin.Engine
+	csrf   *http.CrossOriginProtection
+	lim    *limits
 }
 
-// New builds the router.
-func New(d Deps) *Server {
+// New builds the router. It fails on settings it cannot use, such as an
+// origin that is not scheme://host[:port].
+func New(d Deps) (*Server, error) {
 	gin.SetMode(gin.ReleaseMode)
 	e := gin.New()
 	e.HandleMethodNotAllowed = true
 	e.RedirectTrailingSlash = false
 	e.RedirectFixedPath = false
 	e.ContextWithFallback = true
-	// Only trust X-Forwarded-For from a local proxy.
-	_ = e.SetTrustedProxies([]string{"127.0.0.1", "::1"})
+	// The client address (c.ClientIP) keys the download log, forwarded-
+	// link detection and the rate limits, so X-Forwarded-For counts only
+	// from a configured proxy; from anyone else it would let a client
+	// pick its own address.
+	proxies := []string{"127.0.0.1", "::1"}
+	if d.TrustedProxies != nil {
+		proxies = make([]string, len(d.TrustedProxies))
+		for i, p := range d.TrustedProxies {
+			proxies[i] = p.String()
+		}
+	}
+	if err := e.SetTrustedProxies(proxies); err != nil {
+		return nil, fmt.Errorf("server: trusted proxies: %w", err)
+	}
 
-	s := &Server{d: d, engine: e}
+	csrf, err := newCrossOrigin(d.Origins)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{d: d, engine: e, csrf: csrf, lim: newLimits(d)}
 	m := newHTTPMetrics(d.Registerer)
 	e.Use(requestID(), recovery(d.Log), accessLog(d.Log, m), securityHeaders(), bodyLimit(d.MaxBodyBytes))
+	e.Use(s.apiCORS())
 	e.NoRoute(func(c *gin.Context) {
 		writeProblem(c, Problem{Type: "about:blank", Status: 404, Title: "Not Found", Code: "route_not_found",
 			Detail: "no such route", RequestID: c.Writer.Header().Get("X-Request-Id")})
@@ -82,39 +126,69 @@ func New(d Deps) *Server {
 	e.HEAD("/healthz", s.healthz)
 	e.GET("/readyz", s.readyz)
 	e.HEAD("/readyz", s.readyz)
-	e.GET("/metrics", gin.WrapH(promhttp.HandlerFor(d.Gatherer, promhttp.HandlerOpts{})))
+	if !d.MetricsElsewhere {
+		e.GET("/metrics", gin.WrapH(MetricsHandler(d.Gatherer)))
+	}
 	if d.Web != nil {
 		s.routeWeb(e)
 	}
+	if err := s.routeOpenAPI(e); err != nil {
+		return nil, err
+	}
 
 	api := e.Group("/", s.authenticate())
-	api.POST("/session", h(s.createSession))
+	api.POST("/session", s.refuseCrossOriginSignIn, h(s.createSession))
 	api.DELETE("/session", h(s.deleteSession))
 
 	authed := api.Group("/", requireUser)
 	authed.GET("/me", h(s.me))
 	if d.Uploads != nil {
-		s.routeUploads(authed)
+		s.routeUploads(api, authed)
 		s.routeCompanion(e)
+		s.routeTickets(api)
+		s.routeGrants(api)
 	}
 
-	admin := api.Group("/admin", requireAdmin)
+	adminAPI := api.Group("/admin")
+	admin := adminAPI.Group("", requireAdmin)
 	admin.GET("/users", h(s.listUsers))
 	admin.POST("/users", h(s.createUser))
 	admin.POST("/users/:id/deactivate", h(s.setActive(false)))
 	admin.POST("/users/:id/activate", h(s.setActive(true)))
-	s.routeWebhooks(admin)
-	s.routeDownloads(e)
-	s.routeChat(authed)
-	s.routeExports(authed, admin)
-	return s
+	admin.PATCH("/users/:id", h(s.patchUser))
+	if d.Erasure != nil {
+		admin.DELETE("/users/:id", h(s.eraseUser))
+	}
+	s.routeServiceKeys(admin)
+	// A host app's backend manages its webhooks with a service key.
+	if d.Webhooks != nil {
+		s.routeWebhooks(adminAPI.Group("", adminOrScope(users.ScopeWebhooksManage)))
+	}
+	// Routes exist only for the services wired: a route to a nil service
+	// would answer 500 (or panic) instead of 404.
+	if d.Downloads != nil {
+		s.routeDownloads(e)
+	}
+	if d.Chat != nil {
+		s.routeChat(authed)
+	}
+	if d.Exports != nil {
+		s.routeExports(authed, admin)
+	}
+	return s, nil
 }
 
 // Handler returns the http.Handler to serve.
 func (s *Server) Handler() http.Handler { return s.engine }
 
+// MetricsHandler answers GET /metrics in Prometheus' format from g, on the
+// main router or on FERRY_METRICS_ADDR's listener.
+func MetricsHandler(g prometheus.Gatherer) http.Handler {
+	return promhttp.HandlerFor(g, promhttp.HandlerOpts{})
+}
+
 func (s *Server) healthz(c *gin.Context) {
-	c.JSON(http.StatusOK, gin.H{"status": "ok"})
+	c.PureJSON(http.StatusOK, gin.H{"status": "ok"})
 }
 
 // readyz checks every dependency with a short timeout and names the ones
@@ -134,10 +208,10 @@ func (s *Server) readyz(c *gin.Context) {
 		}
 	}
 	if !ok {
-		c.JSON(http.StatusServiceUnavailable, gin.H{"status": "unavailable", "checks": checks})
+		c.PureJSON(http.StatusServiceUnavailable, gin.H{"status": "unavailable", "checks": checks})
 		return
 	}
-	c.JSON(http.StatusOK, gin.H{"status": "ok", "checks": checks})
+	c.PureJSON(http.StatusOK, gin.H{"status": "ok", "checks": checks})
 }
 
 // userJSON is a user as the API shows it.
@@ -146,16 +220,34 @@ type userJSON struct {
 	Name      string    `json:"name"`
 	Admin     bool      `json:"admin"`
 	Active    bool      `json:"active"`
+	Issuer    string    `json:"issuer,omitempty"`  // a host app's user (from a JWT): its iss
+	Subject   string    `json:"subject,omitempty"` // and its sub; both absent for ferry's own users
 	CreatedAt time.Time `json:"created_at"`
 	Token     string    `json:"token,omitempty"`
 }
 
 func toUserJSON(u users.User) userJSON {
-	return userJSON{ID: u.ID, Name: u.Name, Admin: u.Admin, Active: u.Active, CreatedAt: u.CreatedAt}
+	return userJSON{ID: u.ID, Name: u.Name, Admin: u.Admin, Active: u.Active, Issuer: u.Issuer, Subject: u.Subject, CreatedAt: u.CreatedAt}
 }
 
-func (s *Server) me(c *gin.Context) error {
-	c.JSON(http.StatusOK, toUserJSON(caller(c)))
+// erasureJSON is DELETE /admin/users/{id}'s answer: what was removed.
+type erasureJSON struct {
+	UserID  string `json:"user_id"`
+	Name    string `json:"name"`
+	Files   int    `json:"files"`
+	Uploads int    `json:"uploads"`
+	Exports int    `json:"exports"`
+	Objects int    `json:"objects"`
+	// DeletedAt is when the erasure committed.
+	DeletedAt time.Time `json:"deleted_at"`
+}
+
+func (s *Server) eraseUser(c *gin.Context) error {
+	r, err := s.d.Erasure.Erase(c.Request.Context(), caller(c).ID, c.Param("id"))
+	if err != nil {
+		return err
+	}
+	c.PureJSON(http.StatusOK, erasureJSON{UserID: r.UserID, Name: r.Name, Files: r.Files, Uploads: r.Uploads, Exports: r.Exports, Objects: r.Objects, DeletedAt: r.DeletedAt})
 	return nil
 }
 
@@ -168,7 +260,7 @@ func (s *Server) listUsers(c *gin.Context) error {
 	for i, u := range list {
 		out[i] = toUserJSON(u)
 	}
-	c.JSON(http.StatusOK, gin.H{"users": out})
+	c.PureJSON(http.StatusOK, gin.H{"users": out})
 	return nil
 }
 
@@ -187,7 +279,7 @@ func (s *Server) createUser(c *gin.Context) error {
 	out := toUserJSON(u)
 	out.Token = token
 	c.Header("Cache-Control", "no-store")
-	c.JSON(http.StatusCreated, out)
+	c.PureJSON(http.StatusCreated, out)
 	return nil
 }
 
@@ -200,7 +292,7 @@ func (s *Server) setActive(active bool) func(*gin.Context) error {
 		if err != nil {
 			return err
 		}
-		c.JSON(http.StatusOK, toUserJSON(u))
+		c.PureJSON(http.StatusOK, toUserJSON(u))
 		return nil
 	}
 }
@@ -215,12 +307,16 @@ func (s *Server) createSession(c *gin.Context) error {
 	if req.Token == "" {
 		return errkind.Invalidf("missing_token", "token is required")
 	}
+	if err := s.refuseIfLocked(c); err != nil {
+		return err
+	}
 	u, secret, expires, err := s.d.Users.CreateSession(c.Request.Context(), req.Token)
 	if err != nil {
+		s.authFailed(c, err)
 		return err
 	}
 	s.setSessionCookie(c, secret, expires)
-	c.JSON(http.StatusOK, gin.H{"user": toUserJSON(u), "expires_at": expires})
+	c.PureJSON(http.StatusOK, gin.H{"user": toUserJSON(u), "expires_at": expires})
 	return nil
 }
 

@@ -22,15 +22,16 @@ const contentSecurityPolicy = "default-src 'self'; script-src 'self' 'wasm-unsaf
 
 // routeWeb serves the browser UI at / and its files under /assets/.
 func (s *Server) routeWeb(e *gin.Engine) {
-	page := func(c *gin.Context) { s.serveAsset(c, "index.html") }
+	page := func(c *gin.Context) { s.serveAsset(c, "index.html", contentSecurityPolicy) }
 	e.GET("/", page)
 	e.HEAD("/", page)
-	asset := func(c *gin.Context) { s.serveAsset(c, strings.TrimPrefix(c.Param("file"), "/")) }
+	asset := func(c *gin.Context) { s.serveAsset(c, strings.TrimPrefix(c.Param("file"), "/"), contentSecurityPolicy) }
 	e.GET("/assets/*file", asset)
 	e.HEAD("/assets/*file", asset)
 }
 
-func (s *Server) serveAsset(c *gin.Context, name string) {
+// serveAsset serves one of the UI's files under the page policy csp.
+func (s *Server) serveAsset(c *gin.Context, name, csp string) {
 	notFound := errkind.New(errkind.NotFound, "asset_not_found", "no such file")
 	if name == "" || strings.Contains(name, "..") || !fs.ValidPath(name) {
 		abort(c, notFound)
@@ -52,7 +53,7 @@ func (s *Server) serveAsset(c *gin.Context, name string) {
 	// File names carry no content hash, so browsers revalidate; the files
 	// are small.
 	h.Set("Cache-Control", "no-cache")
-	h.Set("Content-Security-Policy", contentSecurityPolicy)
+	h.Set("Content-Security-Policy", csp)
 	h.Set("X-Frame-Options", "DENY")
 	http.ServeContent(c.Writer, c.Request, name, time.Time{}, rs)
 }

@@ -21,10 +21,13 @@ import (
 func TestWebUI(t *testing.T) {
 	db := testenv.NewDB(t, "sqlite")
 	reg := prometheus.NewRegistry()
-	s := server.New(server.Deps{
-		Log: testenv.Logger(t), Users: users.New(db.DB, time.Now, time.Hour), Gatherer: reg, Registerer: reg,
-		MaxBodyBytes: 1 << 10, Web: web.Assets(), SessionTTL: time.Hour,
+	s, err := server.New(server.Deps{
+		Log: testenv.Logger(t), Users: testenv.Must(users.New(users.Config{DB: db.DB, Now: time.Now, SessionTTL: time.Hour})), Gatherer: reg, Registerer: reg,
+		MaxBodyBytes: 1 << 10, Web: web.Assets(),
 	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	ts := httptest.NewServer(s.Handler())
 	defer ts.Close()
 	tests := []struct {

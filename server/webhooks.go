@@ -2,7 +2,6 @@ package server
 
 import (
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -11,37 +10,39 @@ import (
 	"github.com/ferry-io/ferry/notify"
 )
 
-// routeWebhooks registers the webhook admin API (design §5).
+// routeWebhooks registers the webhook admin API (docs/webhooks.md, "Admin API").
 func (s *Server) routeWebhooks(admin *gin.RouterGroup) {
-	if s.d.Webhooks == nil {
-		return
-	}
 	admin.POST("/webhooks", h(s.createWebhook))
 	admin.GET("/webhooks", h(s.listWebhooks))
 	admin.GET("/webhooks/:id", h(s.getWebhook))
 	admin.DELETE("/webhooks/:id", h(s.deleteWebhook))
 	admin.POST("/webhooks/:id/rotate", h(s.rotateWebhook))
+	admin.POST("/webhooks/:id/enable", h(s.enableWebhook))
 	admin.GET("/webhooks/:id/deliveries", h(s.listDeliveries))
 	admin.POST("/deliveries/:id/redeliver", h(s.redeliver))
 }
 
 // webhookJSON is a subscription as the API shows it. Secret is present
-// only in the answers to create and rotate.
+// only in the answers to create and rotate. previous_secret_expires_at is
+// when the last rotated-out secret stops signing;
+// previous_secrets_expire_at lists when each one does, latest first.
 type webhookJSON struct {
-	ID                      string     `json:"id"`
-	URL                     string     `json:"url"`
-	Events                  []string   `json:"events"`
-	Active                  bool       `json:"active"`
-	DisabledReason          string     `json:"disabled_reason,omitempty"`
-	Secret                  string     `json:"secret,omitempty"`
-	PreviousSecretExpiresAt *time.Time `json:"previous_secret_expires_at,omitempty"`
-	CreatedAt               time.Time  `json:"created_at"`
+	ID                      string      `json:"id"`
+	URL                     string      `json:"url"`
+	Events                  []string    `json:"events"`
+	Active                  bool        `json:"active"`
+	DisabledReason          string      `json:"disabled_reason,omitempty"`
+	Secret                  string      `json:"secret,omitempty"`
+	PreviousSecretExpiresAt *time.Time  `json:"previous_secret_expires_at,omitempty"`
+	PreviousSecretsExpireAt []time.Time `json:"previous_secrets_expire_at,omitempty"`
+	CreatedAt               time.Time   `json:"created_at"`
 }
 
 func toWebhookJSON(w notify.Subscription, secret string) webhookJSON {
 	return webhookJSON{
 		ID: w.ID, URL: w.URL, Events: w.Events, Active: w.Active, DisabledReason: w.DisabledReason,
-		Secret: secret, PreviousSecretExpiresAt: w.PreviousSecretUntil, CreatedAt: w.CreatedAt,
+		Secret: secret, PreviousSecretExpiresAt: w.PreviousSecretUntil(), PreviousSecretsExpireAt: w.PreviousSecretsUntil,
+		CreatedAt: w.CreatedAt,
 	}
 }
 
@@ -96,7 +97,7 @@ func (s *Server) createWebhook(c *gin.Context) error {
 		return err
 	}
 	c.Header("Cache-Control", "no-store")
-	c.JSON(http.StatusCreated, toWebhookJSON(w, secret))
+	c.PureJSON(http.StatusCreated, toWebhookJSON(w, secret))
 	return nil
 }
 
@@ -109,7 +110,7 @@ func (s *Server) listWebhooks(c *gin.Context) error {
 	for i, w := range list {
 		out[i] = toWebhookJSON(w, "")
 	}
-	c.JSON(http.StatusOK, gin.H{"webhooks": out})
+	c.PureJSON(http.StatusOK, gin.H{"webhooks": out})
 	return nil
 }
 
@@ -118,7 +119,16 @@ func (s *Server) getWebhook(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
-	c.JSON(http.StatusOK, toWebhookJSON(w, ""))
+	c.PureJSON(http.StatusOK, toWebhookJSON(w, ""))
+	return nil
+}
+
+func (s *Server) enableWebhook(c *gin.Context) error {
+	w, err := s.d.Webhooks.EnableSubscription(c.Request.Context(), c.Param("id"))
+	if err != nil {
+		return err
+	}
+	c.PureJSON(http.StatusOK, toWebhookJSON(w, ""))
 	return nil
 }
 
@@ -154,20 +164,16 @@ func (s *Server) rotateWebhook(c *gin.Context) error {
 		return err
 	}
 	c.Header("Cache-Control", "no-store")
-	c.JSON(http.StatusOK, toWebhookJSON(w, secret))
+	c.PureJSON(http.StatusOK, toWebhookJSON(w, secret))
 	return nil
 }
 
 func (s *Server) listDeliveries(c *gin.Context) error {
-	limit := 0
-	if v := c.Query("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > notify.MaxDeliveriesListed {
-			return errkind.Invalidf("invalid_limit", "limit must be from 1 to %d", notify.MaxDeliveriesListed)
-		}
-		limit = n
+	limit, err := queryWhole(c, "limit", 1)
+	if err != nil {
+		return err
 	}
-	list, err := s.d.Webhooks.Deliveries(c.Request.Context(), c.Param("id"), limit)
+	list, err := s.d.Webhooks.Deliveries(c.Request.Context(), c.Param("id"), int(limit))
 	if err != nil {
 		return err
 	}
@@ -175,7 +181,7 @@ func (s *Server) listDeliveries(c *gin.Context) error {
 	for i, d := range list {
 		out[i] = toDeliveryJSON(d)
 	}
-	c.JSON(http.StatusOK, gin.H{"deliveries": out})
+	c.PureJSON(http.StatusOK, gin.H{"deliveries": out})
 	return nil
 }
 
@@ -184,6 +190,6 @@ func (s *Server) redeliver(c *gin.Context) error {
 	if err != nil {
 		return err
 	}
-	c.JSON(http.StatusAccepted, toDeliveryJSON(d))
+	c.PureJSON(http.StatusAccepted, toDeliveryJSON(d))
 	return nil
 }

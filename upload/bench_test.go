@@ -10,7 +10,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"runtime"
 	"strings"
 	"sync/atomic"
@@ -50,7 +49,7 @@ func prepareBig(tb testing.TB, e *env, user string, size int64) (string, string)
 			tb.Fatalf("PUT part %d: %d %s", n, code, msg)
 		}
 	}
-	if _, err := e.svc.Complete(ctx, user, st.UploadID, nil); err != nil {
+	if _, err := e.svc.Complete(ctx, user, st.UploadID, upload.CompleteRequest{}); err != nil {
 		tb.Fatal(err)
 	}
 	return st.UploadID, hex.EncodeToString(h.Sum(nil))
@@ -64,7 +63,7 @@ func BenchmarkMergeVerify1GiB(b *testing.B) {
 	const size = 1 << 30
 	db := testenv.NewDB(b, models.SQLite)
 	var completed atomic.Int64
-	e := newEnv(b, db, func(c *upload.Config) {
+	e := newEnv(b, db, func(c *testConfig) {
 		c.Hooks.AfterComplete = func(string) { completed.Store(time.Now().UnixNano()) }
 	})
 	ctx := context.Background()
@@ -74,7 +73,7 @@ func BenchmarkMergeVerify1GiB(b *testing.B) {
 		b.StartTimer()
 		start := time.Now()
 		e.run(b, 30*time.Second)
-		done := e.waitDone(fmt.Sprint("usr_", i), id, 10*time.Minute)
+		done := e.waitVerified(fmt.Sprint("usr_", i), id, 10*time.Minute)
 		merge := time.Since(start)
 		b.StopTimer()
 		if done.State != upload.StateSuccess || done.SHA256 != want {
@@ -136,8 +135,7 @@ func BenchmarkMergePeakRSS(b *testing.B) {
 			user := fmt.Sprint("usr_", i, "_", size)
 			id, want := prepareBig(b, e, user, size)
 			b.StartTimer()
-			cmd := exec.Command(os.Args[0], "-test.run=^TestMergeRSSProcess$", "-test.v")
-			cmd.Env = childEnv(b, db, e.store.Bucket(), "FERRY_UPLOAD_CHILD=rss", "FERRY_UPLOAD_CHILD_ID="+id, "FERRY_UPLOAD_CHILD_USER="+user)
+			cmd := testenv.Child("TestMergeRSSProcess", childEnv(b, db, e.store.Bucket(), "FERRY_UPLOAD_CHILD=rss", "FERRY_UPLOAD_CHILD_ID="+id, "FERRY_UPLOAD_CHILD_USER="+user)...)
 			out, err := cmd.Output()
 			if err != nil {
 				b.Fatalf("child: %v\n%s", err, out)

@@ -22,6 +22,9 @@ type CleanupReport struct {
 	Orphans       int // multipart uploads aborted that no live upload owns
 	Challenges    int // expired challenges purged
 	StuckFailures int // merges failed because their job gave up
+	StrayPosts    int // objects a POST policy wrote after its upload ended
+	Pruned        int // ended uploads (aborted, expired, failed) deleted after the retention
+	Tickets       int // expired tickets forgotten: unused, or their upload ended
 }
 
 // Cleanup expires idle uploads, aborts orphan multipart uploads, purges
@@ -46,9 +49,19 @@ func (s *Service) Cleanup(ctx context.Context) (CleanupReport, error) {
 	if rep.StuckFailures, err = s.failStuck(ctx); err != nil {
 		errs = append(errs, err)
 	}
+	if rep.StrayPosts, err = s.deleteStrayPosts(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	if rep.Pruned, err = s.pruneEnded(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	if rep.Tickets, err = s.forgetTickets(ctx); err != nil {
+		errs = append(errs, err)
+	}
 	if rep != (CleanupReport{}) {
 		s.log.InfoContext(ctx, "upload cleanup", "expired", rep.Expired, "orphans_aborted", rep.Orphans,
-			"challenges_purged", rep.Challenges, "stuck_merges_failed", rep.StuckFailures)
+			"challenges_purged", rep.Challenges, "stuck_merges_failed", rep.StuckFailures, "stray_posts_deleted", rep.StrayPosts,
+			"ended_uploads_pruned", rep.Pruned, "tickets_forgotten", rep.Tickets)
 	}
 	return rep, errors.Join(errs...)
 }
@@ -68,8 +81,11 @@ func (s *Service) expireIdle(ctx context.Context) (int, error) {
 	return len(rows), nil
 }
 
-// live states still need their multipart upload.
-var liveStates = map[string]bool{StateUploading: true, StatePending: true, StateMerging: true}
+// live states still need their multipart upload or posted object.
+var (
+	liveStateList = []string{StateUploading, StatePending, StateMerging}
+	liveStates    = map[string]bool{StateUploading: true, StatePending: true, StateMerging: true}
+)
 
 // abortOrphans aborts multipart uploads under uploads/ that no live upload
 // owns: those whose row ended (an abort that failed after the row changed)
@@ -116,6 +132,99 @@ func (s *Service) abortOrphans(ctx context.Context) (int, error) {
 	return n, nil
 }
 
+// deleteStrayPosts deletes objects under postPrefix whose upload is no
+// longer live. A POST policy stays valid until it expires, whatever
+// happens to its upload, so its holder can write the posted key after the
+// upload was adopted (the merge copied the object away), aborted or
+// expired; nothing reads those bytes, and this deletes them. Objects of
+// live uploads (still waiting for their POST, or being merged) are left
+// alone. Each pass handles at most cleanupBatch objects.
+func (s *Service) deleteStrayPosts(ctx context.Context) (int, error) {
+	objs, err := s.store.ListObjects(ctx, postPrefix, cleanupBatch)
+	if err != nil {
+		return 0, storageError("list posted objects", err)
+	}
+	if len(objs) == 0 {
+		return 0, nil
+	}
+	ids := make([]string, len(objs))
+	for i, o := range objs {
+		ids[i] = strings.TrimPrefix(o.Key, postPrefix)
+	}
+	var live []string
+	if err := s.db.WithContext(ctx).Model(&models.Upload{}).Where("id IN ? AND state IN ?", ids, liveStateList).
+		Pluck("id", &live).Error; err != nil {
+		return 0, fmt.Errorf("upload: cleanup: %w", err)
+	}
+	keep := make(map[string]bool, len(live))
+	for _, id := range live {
+		keep[id] = true
+	}
+	n := 0
+	for i, o := range objs {
+		if keep[ids[i]] {
+			continue
+		}
+		if err := s.store.Delete(ctx, o.Key); err != nil {
+			return n, storageError("delete stray post", err)
+		}
+		s.metrics.cleanedPosts.Inc()
+		s.log.InfoContext(ctx, "stray posted object deleted", "key", o.Key, "size", o.Size)
+		n++
+	}
+	return n, nil
+}
+
+// pruneEnded deletes uploads that ended without a file (aborted, expired,
+// failed) longer than the retention ago, with their part reports and
+// Companion mappings: their objects went when they ended, and their rows
+// only answer "this upload is gone" by then. Successful uploads stay: each
+// is the provenance of a file, and goes with it.
+func (s *Service) pruneEnded(ctx context.Context) (int, error) {
+	cutoff := models.Time(s.now().Add(-s.cfg.Retention))
+	var ids []string
+	err := s.db.WithContext(ctx).Model(&models.Upload{}).
+		Where("state IN ? AND finished_at < ?", []string{StateAborted, StateExpired, StateFailed}, cutoff).
+		Order("id").Limit(cleanupBatch).Pluck("id", &ids).Error
+	if err != nil || len(ids) == 0 {
+		return 0, err
+	}
+	var n int64
+	err = s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		if err := tx.Where("upload_id IN ?", ids).Delete(&models.UploadPart{}).Error; err != nil {
+			return err
+		}
+		if err := tx.Where("upload_id IN ?", ids).Delete(&models.CompanionUpload{}).Error; err != nil {
+			return err
+		}
+		res := tx.Where("id IN ?", ids).Delete(&models.Upload{})
+		n = res.RowsAffected
+		return res.Error
+	})
+	if err != nil {
+		return 0, fmt.Errorf("upload: prune ended uploads: %w", err)
+	}
+	return int(n), nil
+}
+
+// forgetTickets deletes expired tickets that can do nothing any more:
+// unused ones, and those whose upload has ended. A ticket whose upload is
+// still under way keeps working for it, whatever its expiry.
+func (s *Service) forgetTickets(ctx context.Context) (int, error) {
+	var ids []string
+	err := s.db.WithContext(ctx).Model(&models.UploadTicket{}).Where("expires_at < ?", s.nowUTC()).
+		Where("upload_id IS NULL OR upload_id NOT IN (?)", s.db.Model(&models.Upload{}).Select("id").Where("state IN ?", liveStateList)).
+		Limit(cleanupBatch).Pluck("id", &ids).Error
+	if err != nil || len(ids) == 0 {
+		return 0, err
+	}
+	res := s.db.WithContext(ctx).Where("id IN ?", ids).Delete(&models.UploadTicket{})
+	if res.Error != nil {
+		return 0, fmt.Errorf("upload: cleanup: %w", res.Error)
+	}
+	return int(res.RowsAffected), nil
+}
+
 // failStuck fails uploads left pending or merging by a merge job that the
 // runner gave up on without the handler recording it (its worker died on
 // the last attempt).
@@ -144,7 +253,11 @@ type purgePayload struct {
 // multipart upload, if given) inside tx, so it happens if and only if the
 // state change that made the object garbage commits.
 func (s *Service) enqueuePurge(ctx context.Context, tx *gorm.DB, key, s3UploadID string) error {
-	_, err := s.queue.Enqueue(ctx, tx, jobs.Spec{Kind: KindPurge, Key: key, Payload: purgePayload{S3UploadID: s3UploadID}})
+	return enqueuePurge(ctx, tx, s.queue, key, s3UploadID)
+}
+
+func enqueuePurge(ctx context.Context, tx *gorm.DB, q *jobs.Queue, key, s3UploadID string) error {
+	_, err := q.Enqueue(ctx, tx, jobs.Spec{Kind: KindPurge, Key: key, Payload: purgePayload{S3UploadID: s3UploadID}})
 	return err
 }
 

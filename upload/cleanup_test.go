@@ -11,6 +11,7 @@ import (
 	"github.com/ferry-io/ferry/jobs"
 	"github.com/ferry-io/ferry/models"
 	"github.com/ferry-io/ferry/notify"
+	"github.com/ferry-io/ferry/s3store"
 	"github.com/ferry-io/ferry/upload"
 )
 
@@ -20,7 +21,7 @@ import (
 // uploads alone, and purges expired challenges. Expired uploads answer 410.
 func TestCleanup(t *testing.T) {
 	testenv.ForEachDB(t, func(t *testing.T, db *testenv.DB) {
-		e := newEnv(t, db, func(c *upload.Config) { c.TTL = time.Hour })
+		e := newEnv(t, db, func(c *testConfig) { c.TTL = time.Hour })
 		ctx := context.Background()
 		// Content someone owns, merged by a runner that stops (with its
 		// own periodic cleanup) before the scene below is set.
@@ -28,7 +29,7 @@ func TestCleanup(t *testing.T) {
 		t.Run("merge", func(t *testing.T) {
 			st := newClient(t, e, "usr_b").uploadAll("owned.bin", owned, true)
 			e.run(t, 5*time.Second)
-			e.waitDone("usr_b", st.UploadID, 30*time.Second)
+			e.waitVerified("usr_b", st.UploadID, 30*time.Second)
 		})
 		c := newClient(t, e, "usr_a")
 		data := randomBytes(5*mib + 1)
@@ -36,11 +37,11 @@ func TestCleanup(t *testing.T) {
 		c.send(idle, data, []int{1}, true)
 
 		orphanKey := "uploads/upl_orphan" + testenv.RandomHex(4)
-		if _, err := e.store.CreateMultipart(ctx, orphanKey, ""); err != nil {
+		if _, err := e.store.CreateMultipart(ctx, orphanKey, s3store.MultipartOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		otherKey := "exports/exp_x/artifact" // another feature's writer
-		if _, err := e.store.CreateMultipart(ctx, otherKey, ""); err != nil {
+		if _, err := e.store.CreateMultipart(ctx, otherKey, s3store.MultipartOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		// A row aborted by a process that died before aborting in S3.
@@ -80,9 +81,9 @@ func TestCleanup(t *testing.T) {
 		// Clients are told to start over, the same way on every route.
 		_, err = e.svc.Status(ctx, "usr_a", idle.UploadID)
 		wantKind(t, err, errkind.Gone, "upload_expired")
-		_, err = e.svc.Presign(ctx, "usr_a", idle.UploadID, []int{1}, nil)
+		_, err = e.svc.Presign(ctx, "usr_a", idle.UploadID, upload.PresignRequest{Parts: []int{1}})
 		wantKind(t, err, errkind.Gone, "upload_expired")
-		_, err = e.svc.Complete(ctx, "usr_a", idle.UploadID, nil)
+		_, err = e.svc.Complete(ctx, "usr_a", idle.UploadID, upload.CompleteRequest{})
 		wantKind(t, err, errkind.Gone, "upload_expired")
 		_, err = e.svc.Find(ctx, "usr_a", sha(data), int64(len(data)))
 		wantKind(t, err, errkind.NotFound, "upload_not_found")
@@ -101,7 +102,7 @@ func TestCleanup(t *testing.T) {
 // activity keeps an upload alive.
 func TestExpiryIsConsistentAndActivityExtends(t *testing.T) {
 	testenv.ForEachDB(t, func(t *testing.T, db *testenv.DB) {
-		e := newEnv(t, db, func(c *upload.Config) { c.TTL = time.Hour })
+		e := newEnv(t, db, func(c *testConfig) { c.TTL = time.Hour })
 		ctx := context.Background()
 		c := newClient(t, e, "usr_a")
 		data := randomBytes(100)
@@ -141,23 +142,73 @@ func TestExpiryIsConsistentAndActivityExtends(t *testing.T) {
 // an event rather than left merging forever.
 func TestCleanupJobFailsAbandonedMerges(t *testing.T) {
 	testenv.ForEachDB(t, func(t *testing.T, db *testenv.DB) {
-		e := newEnv(t, db, func(c *upload.Config) { c.CleanupEvery = 200 * time.Millisecond })
+		e := newEnv(t, db, func(c *testConfig) { c.CleanupEvery = 200 * time.Millisecond })
 		c := newClient(t, e, "usr_a")
 		st := c.uploadAll("f", randomBytes(1000), true)
 		// What the runner leaves when the last attempt's worker dies.
 		db.Model(&models.Upload{}).Where("id = ?", st.UploadID).Update("state", upload.StateMerging)
 		db.Model(&models.Job{}).Where("kind = ? AND business_key = ?", upload.KindMerge, st.UploadID).Update("state", jobs.StateFailed)
 		e.run(t, 5*time.Second)
-		done := e.waitDone("usr_a", st.UploadID, 30*time.Second)
+		done := e.waitVerified("usr_a", st.UploadID, 30*time.Second)
 		if done.State != upload.StateFailed || done.Error == "" {
 			t.Fatalf("final = %+v", done)
 		}
 		if n := e.count("outbox", "type = ? AND subject = ?", notify.UploadFailed, st.UploadID); n != 1 {
 			t.Fatalf("upload.failed events = %d", n)
 		}
-		e.waitGone("uploads/"+st.UploadID, 10*time.Second)
-		if len(e.bucket().Pending) != 0 {
-			t.Fatal("the abandoned multipart upload was not aborted")
+		// The purge job aborts the multipart upload after the failure
+		// commits; wait for it rather than for the object, which never
+		// existed.
+		deadline := time.Now().Add(10 * time.Second)
+		for len(e.bucket().Pending) != 0 {
+			if time.Now().After(deadline) {
+				t.Fatal("the abandoned multipart upload was not aborted")
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	})
+}
+
+// Uploads that ended without a file are deleted by cleanup once past the
+// retention, with their part reports and Companion mappings; successful
+// ones, and recently ended ones, stay.
+func TestCleanupPrunesEndedUploads(t *testing.T) {
+	testenv.ForEachDB(t, func(t *testing.T, db *testenv.DB) {
+		e := newEnv(t, db, func(c *testConfig) { c.Retention = 24 * time.Hour })
+		e.run(t, 5*time.Second)
+		ctx := context.Background()
+		c := newClient(t, e, "usr_a")
+		ok := c.uploadAll("kept.bin", randomBytes(1000), true)
+		e.waitVerified("usr_a", ok.UploadID, 30*time.Second)
+		aborted := c.init("gone.bin", randomBytes(100), false, 0).Upload
+		c.send(aborted, make([]byte, 100), []int{1}, true)
+		if _, err := e.svc.Abort(ctx, "usr_a", aborted.UploadID); err != nil {
+			t.Fatal(err)
+		}
+		mp, err := e.svc.InitMultipart(ctx, "usr_a", upload.OpenRequest{FileName: "uppy.bin"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.svc.AbortMultipart(ctx, "usr_a", mp.S3UploadID); err != nil {
+			t.Fatal(err)
+		}
+		recent := c.init("recent.bin", randomBytes(100), false, 0).Upload
+		e.svc.Abort(ctx, "usr_a", recent.UploadID)
+		old := models.Time(time.Now().Add(-48 * time.Hour))
+		db.Model(&models.Upload{}).Where("id IN ?", []string{aborted.UploadID, mp.UploadID, ok.UploadID}).Update("finished_at", old)
+
+		rep, err := e.svc.Cleanup(ctx)
+		if err != nil || rep.Pruned != 2 {
+			t.Fatalf("cleanup = %+v %v, want 2 ended uploads pruned", rep, err)
+		}
+		if n := e.count("uploads", "id IN ?", []string{aborted.UploadID, mp.UploadID}); n != 0 {
+			t.Fatalf("%d old ended uploads left", n)
+		}
+		if n := e.count("upload_parts", "upload_id = ?", aborted.UploadID) + e.count("companion_uploads", "upload_id = ?", mp.UploadID); n != 0 {
+			t.Fatalf("%d part reports or mappings of pruned uploads left", n)
+		}
+		if n := e.count("uploads", "id IN ?", []string{ok.UploadID, recent.UploadID}); n != 2 {
+			t.Fatal("a successful or recently ended upload was pruned")
 		}
 	})
 }

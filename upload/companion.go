@@ -45,6 +45,12 @@ type Multipart struct {
 type OpenRequest struct {
 	FileName    string
 	ContentType string // empty means application/octet-stream
+	// Metadata is what the uploader says about the file (Uppy's meta).
+	Metadata Metadata
+	// Ticket, when the caller authenticated with one, makes this the
+	// ticket's one upload, within its limits (its size is checked once it
+	// is known).
+	Ticket *Ticket
 }
 
 func s3UploadHash(s3UploadID string) string {
@@ -52,14 +58,16 @@ func s3UploadHash(s3UploadID string) string {
 	return hex.EncodeToString(h[:])
 }
 
-// unsized reports whether u is an upload whose size is learnt at
-// completion.
-func unsized(u *models.Upload) bool { return u.Size == 0 }
+// unsized reports whether u's size is not known yet: a Companion upload
+// before its complete, or a POST upload before its adoption. Native
+// uploads declare theirs (and an empty file is refused).
+func unsized(u *models.Upload) bool { return u.Kind != KindNative && u.Size == 0 }
 
-// partLimit is the highest part number that belongs to u's file.
-func partLimit(u *models.Upload) int {
+// partLimit is the highest part number that belongs to u's file: the
+// store's part limit while its size is unknown.
+func (s *Service) partLimit(u *models.Upload) int {
 	if unsized(u) {
-		return MaxParts
+		return s.cfg.MaxParts
 	}
 	return u.PartCount
 }
@@ -72,8 +80,52 @@ func validateOpen(r OpenRequest) (name, contentType string, err error) {
 	if err := checkFileName(r.FileName); err != nil {
 		return "", "", err
 	}
+	if err := r.Metadata.check("metadata"); err != nil {
+		return "", "", err
+	}
 	ct, err := checkContentType(r.ContentType)
-	return r.FileName, ct, err
+	if err != nil {
+		return "", "", err
+	}
+	if t := r.Ticket; t != nil {
+		if t.UploadID != "" {
+			return "", "", errTicketUsed.With("upload_id", t.UploadID)
+		}
+		if err := t.checkType(ct); err != nil {
+			return "", "", err
+		}
+	}
+	return r.FileName, ct, nil
+}
+
+// openRow is the row of an upload of kind (KindCompanion or KindPost)
+// whose size is learnt later, with what the request and its ticket say
+// about it.
+func openRow(r OpenRequest, kind, id, userID, name, ct, key, s3id string, now, expires time.Time) models.Upload {
+	u := models.Upload{
+		ID: id, UserID: userID, FileName: name, ContentType: ct, S3Key: key, S3UploadID: s3id, Kind: kind,
+		State: StateUploading, CreatedAt: now, UpdatedAt: now, ExpiresAt: expires, ClientMetadata: r.Metadata.encode(),
+	}
+	if r.Ticket != nil {
+		u.TicketID, u.Metadata = &r.Ticket.ID, r.Ticket.Metadata.encode()
+	}
+	return u
+}
+
+// insertOpen writes an upload row of openRow, claiming its ticket, with
+// what else must be written with it.
+func (s *Service) insertOpen(ctx context.Context, r OpenRequest, u *models.Upload, also func(tx *gorm.DB) error) error {
+	return s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		if r.Ticket != nil {
+			if err := s.claimTicket(tx, r.Ticket, u.ID, u.CreatedAt); err != nil {
+				return err
+			}
+		}
+		if err := tx.Create(u).Error; err != nil {
+			return err
+		}
+		return also(tx)
+	})
 }
 
 // InitMultipart starts an upload for userID whose size the client does not
@@ -85,29 +137,32 @@ func (s *Service) InitMultipart(ctx context.Context, userID string, r OpenReques
 	if err != nil {
 		return Multipart{}, err
 	}
+	if err := s.checkOpenLimit(ctx, userID); err != nil {
+		return Multipart{}, err
+	}
+	if err := s.checkQuotaLeft(ctx, userID); err != nil {
+		return Multipart{}, err
+	}
 	id := models.NewID("upl")
 	key := keyPrefix + id
-	s3id, err := s.store.CreateMultipart(ctx, key, ct)
+	s3id, err := s.store.CreateMultipart(ctx, key, s3store.MultipartOptions{ContentType: ct})
 	if err != nil {
 		return Multipart{}, storageError("create multipart upload", err)
 	}
 	now := s.nowUTC()
-	u := models.Upload{
-		ID: id, UserID: userID, FileName: name, ContentType: ct, S3Key: key, S3UploadID: s3id,
-		State: StateUploading, CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(s.cfg.TTL),
-	}
-	err = s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		if err := tx.Create(&u).Error; err != nil {
-			return err
-		}
+	u := openRow(r, KindCompanion, id, userID, name, ct, key, s3id, now, now.Add(s.cfg.TTL))
+	err = s.insertOpen(ctx, r, &u, func(tx *gorm.DB) error {
 		return tx.Create(&models.CompanionUpload{S3UploadHash: s3UploadHash(s3id), UploadID: id, UserID: userID, CreatedAt: now}).Error
 	})
 	if err != nil {
 		s.abortQuietly(ctx, key, s3id)
+		if errkind.KindOf(err) != nil {
+			return Multipart{}, err
+		}
 		return Multipart{}, fmt.Errorf("upload: insert: %w", err)
 	}
 	s.metrics.transition(StateUploading)
-	s.log.InfoContext(ctx, "upload created", "upload_id", id, "user_id", userID, "size", "unknown", "api", "s3")
+	s.log.InfoContext(ctx, "upload created", "upload_id", id, "user_id", userID, "size", "unknown", "api", "s3", "ticket_id", deref(u.TicketID))
 	return s.multipartOf(&u), nil
 }
 
@@ -177,7 +232,7 @@ func (s *Service) MultipartParts(ctx context.Context, userID, s3UploadID string)
 	}
 	out := make([]S3Part, 0, len(listed))
 	for _, p := range listed {
-		if n := int(p.Number); n >= 1 && n <= partLimit(u) {
+		if n := int(p.Number); n >= 1 && n <= s.partLimit(u) {
 			out = append(out, S3Part{Number: n, ETag: p.ETag, Size: p.Size, LastModified: p.LastModified})
 		}
 	}
@@ -193,7 +248,7 @@ func (s *Service) PresignMultipart(ctx context.Context, userID, s3UploadID strin
 	if err != nil {
 		return nil, err
 	}
-	return s.presign(ctx, u, parts, nil)
+	return s.presign(ctx, u, PresignRequest{Parts: parts})
 }
 
 // AbortMultipart aborts the caller's upload with this S3 UploadId, like
@@ -228,7 +283,7 @@ func (s *Service) CompleteMultipart(ctx context.Context, userID, s3UploadID stri
 	if len(parts) == 0 {
 		return Multipart{}, errkind.Invalidf("invalid_parts", "parts must list at least one part")
 	}
-	etags, err := checkClientParts(parts, partLimit(u))
+	etags, err := checkClientParts(parts, s.partLimit(u))
 	if err != nil {
 		return Multipart{}, err
 	}
@@ -239,7 +294,7 @@ func (s *Service) CompleteMultipart(ctx context.Context, userID, s3UploadID stri
 	sort.Ints(nums)
 
 	var size, partSize int64
-	listed, err := s.store.ListParts(ctx, u.S3Key, u.S3UploadID)
+	listed, err := s.store.ListPartsPreferring(ctx, u.S3Key, u.S3UploadID, preferring(u, etags))
 	switch {
 	case errors.Is(err, s3store.ErrNoSuchUpload):
 		// A previous call completed it in S3 and failed before recording
@@ -261,11 +316,17 @@ func (s *Service) CompleteMultipart(ctx context.Context, userID, s3UploadID stri
 		if size, partSize, err = s.layoutOf(u, listed, nums, etags); err != nil {
 			return Multipart{}, err
 		}
+		// The size is known only now: the ticket's limit and the quota
+		// are checked before S3 makes the object. A refusal changes
+		// nothing; the client may abort, or make room and complete again.
+		if err := s.checkLearntSize(ctx, u, size); err != nil {
+			return Multipart{}, err
+		}
 		cps := make([]s3store.CompletedPart, len(nums))
 		for i, n := range nums {
 			cps[i] = s3store.CompletedPart{Number: int32(n), ETag: `"` + etags[n] + `"`}
 		}
-		_, err = s.store.CompleteMultipart(ctx, u.S3Key, u.S3UploadID, cps)
+		_, err = s.store.CompleteMultipart(ctx, u.S3Key, u.S3UploadID, cps, "")
 		switch {
 		case errors.Is(err, s3store.ErrInvalidParts):
 			return Multipart{}, errkind.Invalidf("invalid_parts", "S3 refused the parts: check part numbers, ETags and sizes")
@@ -274,6 +335,21 @@ func (s *Service) CompleteMultipart(ctx context.Context, userID, s3UploadID stri
 		}
 	}
 	return s.recordCompleted(ctx, u, size, partSize, len(nums), etags)
+}
+
+// checkLearntSize checks the size an unsized upload turned out to have
+// against its ticket's limit and its owner's quota.
+func (s *Service) checkLearntSize(ctx context.Context, u *models.Upload, size int64) error {
+	t, err := s.ticketOf(ctx, u)
+	if err != nil {
+		return err
+	}
+	if t != nil {
+		if err := t.checkSize(size); err != nil {
+			return err
+		}
+	}
+	return s.checkQuotaFor(ctx, u.UserID, size)
 }
 
 // layoutOf checks the named parts against S3's listing and returns the

@@ -56,9 +56,9 @@ func TestUnsizedUpload(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = e.svc.Presign(ctx, c.user, m.UploadID, []int{1}, nil)
+		_, err = e.svc.Presign(ctx, c.user, m.UploadID, upload.PresignRequest{Parts: []int{1}})
 		wantCode(t, err, "upload_size_unknown")
-		_, err = e.svc.Complete(ctx, c.user, m.UploadID, nil)
+		_, err = e.svc.Complete(ctx, c.user, m.UploadID, upload.CompleteRequest{})
 		wantCode(t, err, "upload_size_unknown")
 		_, err = e.svc.ReportPart(ctx, c.user, m.UploadID, 1, `"abc"`, 5*mib)
 		wantCode(t, err, "upload_size_unknown")
@@ -79,14 +79,14 @@ func TestUnsizedUpload(t *testing.T) {
 		for i, p := range parts {
 			cps[i] = s3store.CompletedPart{Number: int32(p.Number), ETag: p.ETag}
 		}
-		if _, err := e.store.CompleteMultipart(ctx, m.Key, m.S3UploadID, cps); err != nil {
+		if _, err := e.store.CompleteMultipart(ctx, m.Key, m.S3UploadID, cps, ""); err != nil {
 			t.Fatal(err)
 		}
 		done, err := e.svc.CompleteMultipart(ctx, c.user, m.S3UploadID, parts)
 		if err != nil || done.State != upload.StatePending {
 			t.Fatalf("complete after S3 completed: %+v %v", done, err)
 		}
-		st := e.waitDone(c.user, m.UploadID, 30*time.Second)
+		st := e.waitVerified(c.user, m.UploadID, 30*time.Second)
 		if st.State != upload.StateSuccess || st.SHA256 != sha(data) || st.Size != int64(len(data)) {
 			t.Fatalf("verified = %+v", st)
 		}
@@ -129,7 +129,7 @@ func TestPostUploadAdoption(t *testing.T) {
 		if err := e.svc.AdoptNow(ctx, landed.UploadID); err != nil {
 			t.Fatal(err)
 		}
-		st := e.waitDone(user, landed.UploadID, 30*time.Second)
+		st := e.waitVerified(user, landed.UploadID, 30*time.Second)
 		if st.State != upload.StateSuccess || st.SHA256 != sha(data) {
 			t.Fatalf("adopted = %+v", st)
 		}

@@ -2,67 +2,77 @@ package upload
 
 import (
 	"context"
-	"encoding/base64"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"gorm.io/gorm"
 
 	"github.com/ferry-io/ferry/errkind"
+	"github.com/ferry-io/ferry/internal/page"
 	"github.com/ferry-io/ferry/models"
 )
 
-// File is a verified file a user owns.
+// File is a file a user owns. It exists once S3 has accepted the whole
+// upload; until ferry has hashed the stored bytes, SHA256 is the
+// uploader's claim (possibly empty) and SHA256Verified is false.
 type File struct {
-	ID          string
-	Name        string
-	Size        int64
-	SHA256      string
-	ContentType string
-	CreatedAt   time.Time
-	// DownloadURL is a ferry download link (path and signed query), valid
-	// for the configured link lifetime from when the File was read.
+	ID             string
+	Name           string
+	Size           int64
+	SHA256         string
+	SHA256Verified bool
+	ContentType    string
+	CreatedAt      time.Time
+	// DownloadURL is a download link for the owner (absolute, signed),
+	// valid until LinkExpires.
 	DownloadURL string
+	LinkExpires time.Time
+	// Metadata is the trusted metadata of the ticket that made the file
+	// (empty without one), ClientMetadata what its uploader sent, and
+	// TicketID that ticket ("" for none).
+	Metadata       Metadata
+	ClientMetadata Metadata
+	TicketID       string
 }
 
 var errFileNotFound = errkind.New(errkind.NotFound, "file_not_found", "no such file")
 
 // MaxListLimit is the most files one Files call returns.
-const MaxListLimit = 1000
+const MaxListLimit = page.MaxLimit
 
 func (s *Service) toFile(f *models.File) File {
-	path := "/download/" + f.ID
-	q := s.links.Sign(path, f.ID, f.UserID, s.cfg.LinkTTL)
-	return File{ID: f.ID, Name: f.Name, Size: f.Size, SHA256: f.SHA256, ContentType: f.ContentType,
-		CreatedAt: f.CreatedAt, DownloadURL: path + "?" + q.Encode()}
+	l := s.links.Link(f.ID, f.UserID)
+	return File{ID: f.ID, Name: f.Name, Size: f.Size, SHA256: f.SHA256, SHA256Verified: f.SHA256Verified,
+		ContentType: f.ContentType, CreatedAt: f.CreatedAt, DownloadURL: l.URL, LinkExpires: l.ExpiresAt,
+		Metadata: decodeMetadata(f.Metadata), ClientMetadata: decodeMetadata(f.ClientMetadata), TicketID: deref(f.TicketID)}
 }
 
-// Files lists the caller's files, newest first, limit at a time. cursor
-// is "" for the first page and the returned next cursor after that; next
-// is "" on the last page.
-func (s *Service) Files(ctx context.Context, userID, cursor string, limit int) (files []File, next string, err error) {
-	if limit <= 0 || limit > MaxListLimit {
-		return nil, "", errkind.Invalidf("invalid_limit", "limit must be 1-%d", MaxListLimit)
+func deref(s *string) string {
+	if s == nil {
+		return ""
 	}
-	q := s.db.WithContext(ctx).Where("user_id = ?", userID)
-	if cursor != "" {
-		at, id, err := decodeCursor(cursor)
-		if err != nil {
-			return nil, "", err
-		}
-		q = q.Where("created_at < ? OR (created_at = ? AND id < ?)", at, at, id)
+	return *s
+}
+
+// Files lists the caller's files, newest first, a page at a time (package
+// page): cursor is "" for the first page and a returned next after that;
+// next is "" on the last page; limit 0 means page.DefaultLimit. The order
+// is (created_at, id) on the index ix_files_user, so every page is one
+// index range.
+func (s *Service) Files(ctx context.Context, userID, cursor string, limit int) (files []File, next string, err error) {
+	if limit, err = page.Limit(limit); err != nil {
+		return nil, "", err
+	}
+	q, err := page.NewestFirst(s.db.WithContext(ctx).Where("user_id = ?", userID), fileList, cursor, limit)
+	if err != nil {
+		return nil, "", err
 	}
 	var rows []models.File
-	if err := q.Order("created_at DESC, id DESC").Limit(limit + 1).Find(&rows).Error; err != nil {
+	if err := q.Find(&rows).Error; err != nil {
 		return nil, "", fmt.Errorf("upload: list files: %w", err)
 	}
-	if len(rows) > limit {
-		rows = rows[:limit]
-		last := rows[limit-1]
-		next = encodeCursor(last.CreatedAt, last.ID)
-	}
+	rows, next = page.Cut(fileList, rows, limit, func(f models.File) (time.Time, string) { return f.CreatedAt, f.ID })
 	files = make([]File, len(rows))
 	for i := range rows {
 		files[i] = s.toFile(&rows[i])
@@ -70,33 +80,29 @@ func (s *Service) Files(ctx context.Context, userID, cursor string, limit int) (
 	return files, next, nil
 }
 
-func encodeCursor(at time.Time, id string) string {
-	return base64.RawURLEncoding.EncodeToString([]byte(models.Time(at).Format(time.RFC3339Nano) + "|" + id))
-}
-
-func decodeCursor(c string) (time.Time, string, error) {
-	bad := errkind.Invalidf("invalid_cursor", "cursor is not one ferry returned")
-	b, err := base64.RawURLEncoding.DecodeString(c)
-	if err != nil {
-		return time.Time{}, "", bad
-	}
-	ts, id, ok := strings.Cut(string(b), "|")
-	at, err := time.Parse(time.RFC3339Nano, ts)
-	if !ok || err != nil || id == "" {
-		return time.Time{}, "", bad
-	}
-	return models.Time(at), id, nil
-}
+// fileList names the file list in its cursors.
+const fileList = "files"
 
 // File returns one of the caller's files.
 func (s *Service) File(ctx context.Context, userID, id string) (File, error) {
+	return s.file(ctx, s.db.WithContext(ctx).Where("id = ? AND user_id = ?", id, userID))
+}
+
+// AnyFile returns file id whoever owns it, for a service acting for the
+// installation (a service key with files:read); its download link is its
+// owner's.
+func (s *Service) AnyFile(ctx context.Context, id string) (File, error) {
+	return s.file(ctx, s.db.WithContext(ctx).Where("id = ?", id))
+}
+
+func (s *Service) file(ctx context.Context, q *gorm.DB) (File, error) {
 	var f models.File
-	err := s.db.WithContext(ctx).Where("id = ? AND user_id = ?", id, userID).Take(&f).Error
+	err := q.Take(&f).Error
 	if errors.Is(err, gorm.ErrRecordNotFound) {
 		return File{}, errFileNotFound
 	}
 	if err != nil {
-		return File{}, fmt.Errorf("upload: file %s: %w", id, err)
+		return File{}, fmt.Errorf("upload: file: %w", err)
 	}
 	return s.toFile(&f), nil
 }
@@ -121,6 +127,10 @@ func (s *Service) DeleteFile(ctx context.Context, userID, id string) error {
 				return errFileNotFound // deleted by a concurrent call
 			}
 			return res.Error
+		}
+		// Grants of the file go with it: the proxy answers 404 for it now.
+		if err := tx.Where("file_id = ?", f.ID).Delete(&models.DownloadGrant{}).Error; err != nil {
+			return err
 		}
 		now := s.nowUTC()
 		if err := tx.Model(&models.Blob{}).Where("id = ?", f.BlobID).
@@ -158,7 +168,17 @@ type StoredFile struct {
 	File
 	UserID string // the owner
 	Key    string // the blob's object key
+	// ETag is the object's S3 ETag when ferry merged or verified it; a
+	// download sends it as If-Match, so changed bytes are never served.
+	// Empty for blobs verified before ETags were kept.
+	ETag string
 }
+
+// Readable reports whether userID may be served the file's bytes on the
+// strength of something other than owning it (a chat attachment, a
+// grant): only once ferry has verified its SHA-256. Until then the file
+// reaches no one but its owner.
+func (f StoredFile) Readable(userID string) bool { return f.UserID == userID || f.SHA256Verified }
 
 // Stored returns file id with its object key, whoever owns it; the caller
 // decides who may read it. It reads the database on every call, so a
@@ -166,9 +186,10 @@ type StoredFile struct {
 func (s *Service) Stored(ctx context.Context, id string) (StoredFile, error) {
 	var row struct {
 		models.File
-		S3Key string `gorm:"column:s3_key"`
+		S3Key  string `gorm:"column:s3_key"`
+		S3ETag string `gorm:"column:s3_etag"`
 	}
-	err := s.db.WithContext(ctx).Table("files").Select("files.*, blobs.s3_key").
+	err := s.db.WithContext(ctx).Table("files").Select("files.*, blobs.s3_key, blobs.s3_etag").
 		Joins("JOIN blobs ON blobs.id = files.blob_id").Where("files.id = ?", id).Take(&row).Error
 	if errors.Is(err, gorm.ErrRecordNotFound) {
 		return StoredFile{}, errFileNotFound
@@ -178,7 +199,7 @@ func (s *Service) Stored(ctx context.Context, id string) (StoredFile, error) {
 	}
 	f := s.toFile(&row.File)
 	f.DownloadURL = ""
-	return StoredFile{File: f, UserID: row.UserID, Key: row.S3Key}, nil
+	return StoredFile{File: f, UserID: row.UserID, Key: row.S3Key, ETag: row.S3ETag}, nil
 }
 
 // Owned checks that every id in ids is a file of userID, for chat

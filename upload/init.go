@@ -17,36 +17,73 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/ferry-io/ferry/errkind"
+	"github.com/ferry-io/ferry/internal/random"
 	"github.com/ferry-io/ferry/models"
+	"github.com/ferry-io/ferry/notify"
 	"github.com/ferry-io/ferry/s3store"
 )
 
-// Proof-of-possession parameters.
+// Proof-of-possession parameters. Each range is min(64 KiB, size) bytes,
+// so a small file's ranges are the whole file; what makes the answer need
+// the bytes is the nonce, not the range (see ProofDigest).
 const (
 	challengeRanges   = 3
 	challengeRangeMax = 64 << 10
+	nonceBytes        = 32
 )
 
 // Init starts an upload for userID, unless one of the special answers
 // applies first: the caller already owns this content (Instant), has an
 // unfinished upload of it (Resumed), or someone else owns it
-// (ProofRequired). The special answers need the client's sha256.
+// (ProofRequired). The special answers need the client's sha256; a client
+// that has not hashed the file yet can still resume by the first part's
+// CRC32C (and later declare the hash with DeclareSHA256).
 func (s *Service) Init(ctx context.Context, userID string, r InitRequest) (InitResult, error) {
 	p, err := s.validate(r)
 	if err != nil {
 		return InitResult{}, err
+	}
+	if p.ticket != nil {
+		// A ticket makes one upload, this one, so the answers that would
+		// make another (an instant file, a proof) or adopt another
+		// (resume by content) do not apply; content the user holds
+		// already is still stored once, after verification.
+		if p.ticket.UploadID != "" {
+			return s.ticketUpload(ctx, p.ticket.ID, p)
+		}
+		res, err := s.create(ctx, userID, p)
+		if errors.Is(err, errTicketUsed) {
+			return s.ticketUpload(ctx, p.ticket.ID, p)
+		}
+		return res, err
 	}
 	if p.sha256 != "" {
 		res, ok, err := s.special(ctx, userID, p)
 		if err != nil || ok {
 			return res, err
 		}
+	} else if p.firstPartCRC32C != "" {
+		st, ok, err := s.resumeBy(ctx, hintKey(userID, p))
+		if err != nil || ok {
+			return InitResult{Outcome: Resumed, Upload: st}, err
+		}
 	}
 	return s.create(ctx, userID, p)
 }
 
+// resumeKey identifies a user's unfinished upload of one content.
 func resumeKey(userID, sha string, size int64) string {
 	return userID + "|" + sha + "|" + strconv.FormatInt(size, 10)
+}
+
+// hintKey identifies a user's unfinished upload by what a client knows
+// before it has read the whole file: the size, the part size and the first
+// part's CRC32C. Two different files can share it (same length and first
+// part); resuming the wrong one is harmless, because the client compares
+// every part S3 holds with its own CRC32C and sends again those that
+// differ, and S3 checks the whole file's CRC32C at completion.
+func hintKey(userID string, p plan) string {
+	return userID + "|crc32c:" + p.firstPartCRC32C + "|" + strconv.FormatInt(p.size, 10) + "|" + strconv.FormatInt(p.partSize, 10)
 }
 
 // special tries the three special answers in order of what saves the
@@ -57,24 +94,27 @@ func (s *Service) special(ctx context.Context, userID string, p plan) (InitResul
 	if err != nil {
 		return InitResult{}, false, err
 	}
+	if blob != nil && !s.intact(ctx, blob) {
+		blob = nil // never hand out a file of bytes that are not what ferry verified
+	}
 	if blob != nil {
 		owns, err := s.owns(ctx, userID, blob.ID)
 		if err != nil {
 			return InitResult{}, false, err
 		}
 		if owns {
-			st, ok, err := s.instant(ctx, userID, blob, p.name, p.contentType)
+			st, ok, err := s.instant(ctx, userID, blob, p.name, p.contentType, p.clientMeta)
 			if err != nil || ok {
 				return InitResult{Outcome: Instant, Upload: st}, ok, err
 			}
 			blob = nil // deleted meanwhile: upload it again
 		}
 	}
-	if st, ok, err := s.resume(ctx, userID, p.sha256, p.size); err != nil || ok {
+	if st, ok, err := s.resumeBy(ctx, resumeKey(userID, p.sha256, p.size)); err != nil || ok {
 		return InitResult{Outcome: Resumed, Upload: st}, ok, err
 	}
 	if blob != nil {
-		ch, err := s.challenge(ctx, userID, blob, p.name, p.contentType)
+		ch, err := s.challenge(ctx, userID, blob, p.name, p.contentType, p.clientMeta)
 		if err != nil {
 			return InitResult{}, false, err
 		}
@@ -105,13 +145,13 @@ func (s *Service) owns(ctx context.Context, userID, blobID string) (bool, error)
 	return n > 0, nil
 }
 
-// resume returns the caller's unfinished upload of this content: one
-// still uploading, with the parts S3 holds, or one whose merge is pending,
-// for the client to poll. An upload past its TTL is expired on the spot, so
+// resumeBy returns the unfinished upload with this resume key: one still
+// uploading, with the parts S3 holds, or one whose merge is pending, for
+// the client to poll. An upload past its TTL is expired on the spot, so
 // that its resume key frees up for a new one.
-func (s *Service) resume(ctx context.Context, userID, sha string, size int64) (Status, bool, error) {
+func (s *Service) resumeBy(ctx context.Context, key string) (Status, bool, error) {
 	var u models.Upload
-	err := s.db.WithContext(ctx).Where("resume_key = ?", resumeKey(userID, sha, size)).Take(&u).Error
+	err := s.db.WithContext(ctx).Where("resume_key = ?", key).Take(&u).Error
 	if errors.Is(err, gorm.ErrRecordNotFound) {
 		return Status{}, false, nil
 	}
@@ -140,31 +180,71 @@ func (s *Service) resume(ctx context.Context, userID, sha string, size int64) (S
 
 // create starts a multipart upload and records it. The row is written
 // after S3 answers, so a crash in between leaves an orphan multipart upload
-// that cleanup aborts; a failed insert aborts it at once.
+// that cleanup aborts; a failed insert aborts it at once. The quota is
+// checked before S3 is asked and again, under the user's lock, in the
+// transaction that inserts the row, with the ticket's claim.
 func (s *Service) create(ctx context.Context, userID string, p plan) (InitResult, error) {
+	if err := s.checkOpenLimit(ctx, userID); err != nil {
+		return InitResult{}, err
+	}
+	limit, err := s.byteQuota(ctx, userID)
+	if err != nil {
+		return InitResult{}, err
+	}
+	if err := s.checkQuota(s.db.WithContext(ctx), userID, limit, p.size); err != nil {
+		return InitResult{}, err
+	}
 	id := models.NewID("upl")
 	key := keyPrefix + id
-	s3id, err := s.store.CreateMultipart(ctx, key, p.contentType)
+	s3id, err := s.store.CreateMultipart(ctx, key, s3store.MultipartOptions{ContentType: p.contentType, Checksum: p.checksum})
 	if err != nil {
 		return InitResult{}, storageError("create multipart upload", err)
 	}
 	now := s.nowUTC()
 	u := models.Upload{
 		ID: id, UserID: userID, FileName: p.name, ContentType: p.contentType, Size: p.size,
-		PartSize: p.partSize, PartCount: p.partCount, S3Key: key, S3UploadID: s3id, State: StateUploading,
-		CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(s.cfg.TTL),
+		PartSize: p.partSize, PartCount: p.partCount, S3Key: key, S3UploadID: s3id, Kind: KindNative, State: StateUploading,
+		ChecksumAlgorithm: p.checksum, CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(s.cfg.TTL),
+		ClientMetadata: p.clientMeta.encode(),
 	}
-	if p.sha256 != "" {
+	if p.ticket != nil {
+		u.TicketID, u.Metadata = &p.ticket.ID, p.ticket.Metadata.encode()
+	}
+	var rk string
+	switch {
+	case p.ticket != nil:
+		// Bound to its ticket, not to be found by content.
+		if p.sha256 != "" {
+			u.SHA256 = &p.sha256
+		}
+	case p.sha256 != "":
 		u.SHA256 = &p.sha256
-		rk := resumeKey(userID, p.sha256, p.size)
+		rk = resumeKey(userID, p.sha256, p.size)
+	case p.firstPartCRC32C != "":
+		rk = hintKey(userID, p)
+	}
+	if rk != "" {
 		u.ResumeKey = &rk
 	}
-	err = s.db.WithContext(ctx).Create(&u).Error
+	err = s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		if err := s.lockedQuota(tx, userID, limit, p.size); err != nil {
+			return err
+		}
+		if p.ticket != nil {
+			if err := s.claimTicket(tx, p.ticket, id, now); err != nil {
+				return err
+			}
+		}
+		return tx.Create(&u).Error
+	})
 	if err != nil {
 		s.abortQuietly(ctx, key, s3id)
-		if models.IsDuplicate(err) && p.sha256 != "" {
+		if errkind.KindOf(err) != nil {
+			return InitResult{}, err
+		}
+		if models.IsDuplicate(err) && rk != "" {
 			// A concurrent Init of the same content won: resume that one.
-			st, ok, rerr := s.resume(ctx, userID, p.sha256, p.size)
+			st, ok, rerr := s.resumeBy(ctx, rk)
 			if rerr == nil && ok {
 				return InitResult{Outcome: Resumed, Upload: st}, nil
 			}
@@ -173,7 +253,8 @@ func (s *Service) create(ctx context.Context, userID string, p plan) (InitResult
 		return InitResult{}, fmt.Errorf("upload: insert: %w", err)
 	}
 	s.metrics.transition(StateUploading)
-	s.log.InfoContext(ctx, "upload created", "upload_id", id, "user_id", userID, "size", p.size, "parts", p.partCount, "part_size", p.partSize)
+	s.log.InfoContext(ctx, "upload created", "upload_id", id, "user_id", userID, "size", p.size, "parts", p.partCount,
+		"part_size", p.partSize, "checksum", p.checksum, "ticket_id", deref(u.TicketID))
 	return InitResult{Outcome: Created, Upload: toStatus(&u)}, nil
 }
 
@@ -198,13 +279,15 @@ func (s *Service) deleteQuietly(ctx context.Context, key string) {
 	}
 }
 
-// instant gives the caller a file of blob at once. It reports false when
-// the blob was deleted in the meantime.
-func (s *Service) instant(ctx context.Context, userID string, blob *models.Blob, name, contentType string) (Status, bool, error) {
+// instant gives the caller a file of blob at once, carrying meta as its
+// client metadata. It reports false when the blob was deleted in the
+// meantime.
+func (s *Service) instant(ctx context.Context, userID string, blob *models.Blob, name, contentType string, meta Metadata) (Status, bool, error) {
 	now := s.nowUTC()
 	u := models.Upload{
 		ID: models.NewID("upl"), UserID: userID, FileName: name, ContentType: contentType, Size: blob.Size,
-		SHA256: &blob.SHA256, State: StateSuccess, Instant: true, CreatedAt: now, UpdatedAt: now, ExpiresAt: now, FinishedAt: &now,
+		SHA256: blob.SHA256, Kind: KindNative, State: StateSuccess, Instant: true, CreatedAt: now, UpdatedAt: now, ExpiresAt: now, FinishedAt: &now,
+		ClientMetadata: meta.encode(),
 	}
 	ok := false
 	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
@@ -213,7 +296,7 @@ func (s *Service) instant(ctx context.Context, userID string, blob *models.Blob,
 		if res.Error != nil || res.RowsAffected == 0 {
 			return res.Error
 		}
-		f, err := s.createFile(ctx, tx, &u, blob, now)
+		f, err := s.createFile(ctx, tx, &u, blob, *blob.SHA256, true, now)
 		if err != nil {
 			return err
 		}
@@ -228,15 +311,101 @@ func (s *Service) instant(ctx context.Context, userID string, blob *models.Blob,
 		return Status{}, false, fmt.Errorf("upload: instant: %w", err)
 	}
 	if ok {
+		s.queue.Wake(notify.WakeDispatch)
 		s.metrics.transition(StateSuccess)
 		s.metrics.instant.Inc()
 		s.log.InfoContext(ctx, "instant upload", "upload_id", u.ID, "user_id", userID, "file_id", *u.FileID, "blob_id", blob.ID)
 	}
-	return toStatus(&u), ok, nil
+	st := toStatus(&u)
+	st.SHA256Verified = true
+	return st, ok, nil
 }
 
-// challenge picks random ranges of the blob for the caller to hash.
-func (s *Service) challenge(ctx context.Context, userID string, blob *models.Blob, name, contentType string) (*Challenge, error) {
+// DeclareSHA256 tells ferry the SHA-256 of an upload that is under way, as
+// soon as a client that hashes while it sends knows it. It answers what
+// Init would have: Instant when the caller already owns the content (the
+// running upload is aborted; nothing more needs sending), ProofRequired
+// when someone else does (a proof gives the file; the client then aborts
+// its upload), and otherwise the upload itself (Resumed), which now carries
+// the declared hash for the verification to check. Declaring the same
+// hash again is harmless; another one is a conflict.
+func (s *Service) DeclareSHA256(ctx context.Context, userID, id, sha string) (InitResult, error) {
+	sha, err := checkSHA256(sha, "sha256")
+	if err != nil {
+		return InitResult{}, err
+	}
+	u, err := s.writable(ctx, userID, id)
+	if err != nil {
+		return InitResult{}, err
+	}
+	if unsized(u) {
+		return InitResult{}, errSizeUnknown
+	}
+	if u.SHA256 != nil && *u.SHA256 != sha {
+		return InitResult{}, errkind.New(errkind.Conflict, "sha256_mismatch", "the upload already declares another sha256")
+	}
+	p := plan{name: u.FileName, contentType: u.ContentType, sha256: sha, size: u.Size, clientMeta: decodeMetadata(u.ClientMetadata)}
+	var blob *models.Blob
+	if u.TicketID == nil { // a ticket's upload is its one upload: no instant file, no proof
+		if blob, err = s.blobFor(ctx, sha, u.Size); err != nil {
+			return InitResult{}, err
+		}
+	}
+	if blob != nil && s.intact(ctx, blob) {
+		owns, err := s.owns(ctx, userID, blob.ID)
+		if err != nil {
+			return InitResult{}, err
+		}
+		if !owns {
+			ch, err := s.challenge(ctx, userID, blob, p.name, p.contentType, p.clientMeta)
+			if err != nil {
+				return InitResult{}, err
+			}
+			return InitResult{Outcome: ProofRequired, Challenge: ch}, nil
+		}
+		st, ok, err := s.instant(ctx, userID, blob, p.name, p.contentType, p.clientMeta)
+		if err != nil {
+			return InitResult{}, err
+		}
+		if ok {
+			if _, err := s.Abort(ctx, userID, id); err != nil {
+				s.log.WarnContext(ctx, "abort after an instant upload failed; cleanup expires it", "upload_id", id, "err", err)
+			}
+			return InitResult{Outcome: Instant, Upload: st}, nil
+		}
+	}
+	if u.SHA256 == nil {
+		res := s.db.WithContext(ctx).Model(&models.Upload{}).Where("id = ? AND state = ? AND sha256 IS NULL", u.ID, StateUploading).
+			Updates(map[string]any{"sha256": sha, "updated_at": s.nowUTC()})
+		if res.Error != nil {
+			return InitResult{}, fmt.Errorf("upload: declare sha256: %w", res.Error)
+		}
+		if res.RowsAffected == 0 {
+			return s.DeclareSHA256(ctx, userID, id, sha) // it moved meanwhile: answer for its new state
+		}
+		u.SHA256 = &sha
+	}
+	st, err := s.status(ctx, u)
+	return InitResult{Outcome: Resumed, Upload: st}, err
+}
+
+// ProofDigest is the answer to one range of a challenge: the hex SHA-256
+// of the challenge's nonce (decoded from hex) followed by the range's
+// bytes. Without the nonce, the answer for a range that covers the whole
+// file (every range of a file of at most 64 KiB) would be the file's
+// SHA-256, which anyone who merely knows the hash could send; with a fresh
+// nonce per challenge, no digest can be computed, or reused, without the
+// bytes themselves.
+func ProofDigest(nonce []byte, data []byte) string {
+	h := sha256.New()
+	h.Write(nonce)
+	h.Write(data)
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// challenge picks random ranges of the blob and a fresh nonce for the
+// caller to hash them with; meta is for the file a right answer makes.
+func (s *Service) challenge(ctx context.Context, userID string, blob *models.Blob, name, contentType string, meta Metadata) (*Challenge, error) {
 	ranges := make([]Range, challengeRanges)
 	for i := range ranges {
 		length := min(int64(challengeRangeMax), blob.Size)
@@ -246,17 +415,19 @@ func (s *Service) challenge(ctx context.Context, userID string, blob *models.Blo
 		}
 		ranges[i] = Range{Offset: off.Int64(), Length: length}
 	}
+	nonce := random.Bytes(nonceBytes)
 	rj, _ := json.Marshal(ranges)
 	now := s.nowUTC()
 	row := models.UploadChallenge{
 		ID: models.NewID("chl"), UserID: userID, BlobID: blob.ID, FileName: name, ContentType: contentType,
-		Ranges: string(rj), CreatedAt: now, ExpiresAt: now.Add(s.cfg.ChallengeTTL),
+		Ranges: string(rj), Nonce: hex.EncodeToString(nonce), CreatedAt: now, ExpiresAt: now.Add(s.cfg.ChallengeTTL),
+		ClientMetadata: meta.encode(),
 	}
 	if err := s.db.WithContext(ctx).Create(&row).Error; err != nil {
 		return nil, fmt.Errorf("upload: challenge: %w", err)
 	}
 	s.log.InfoContext(ctx, "proof of possession required", "challenge_id", row.ID, "user_id", userID, "blob_id", blob.ID)
-	return &Challenge{ID: row.ID, Ranges: ranges, ExpiresAt: row.ExpiresAt}, nil
+	return &Challenge{ID: row.ID, Nonce: row.Nonce, Ranges: ranges, ExpiresAt: row.ExpiresAt}, nil
 }
 
 var (
@@ -264,7 +435,7 @@ var (
 	errProofFailed       = errkind.New(errkind.Forbidden, "proof_failed", "the digests do not match the content; the challenge is used up")
 )
 
-// Prove answers a challenge with the hex SHA-256 of each of its ranges, in
+// Prove answers a challenge with the ProofDigest of each of its ranges, in
 // order. A right answer gives the caller a file at once; a wrong one is a
 // 403. Either way the challenge is used up.
 func (s *Service) Prove(ctx context.Context, userID, challengeID string, digests []string) (InitResult, error) {
@@ -308,8 +479,14 @@ func (s *Service) Prove(ctx context.Context, userID, challengeID string, digests
 	if err != nil {
 		return InitResult{}, fmt.Errorf("upload: load blob: %w", err)
 	}
+	nonce, err := hex.DecodeString(ch.Nonce)
+	if err != nil || len(nonce) != nonceBytes {
+		// A challenge issued before proofs were nonce-bound: it cannot be
+		// answered safely, so it is simply used up.
+		return InitResult{}, errkind.New(errkind.Gone, "challenge_expired", "the challenge expired; start the upload again")
+	}
 	for i, r := range ranges {
-		want, err := s.rangeDigest(ctx, blob.S3Key, r)
+		want, err := s.rangeDigest(ctx, blob.S3Key, nonce, r)
 		if err != nil {
 			return InitResult{}, err
 		}
@@ -320,7 +497,15 @@ func (s *Service) Prove(ctx context.Context, userID, challengeID string, digests
 		}
 	}
 	s.metrics.proofs.WithLabelValues("right").Inc()
-	st, ok, err := s.instant(ctx, userID, &blob, ch.FileName, ch.ContentType)
+	if !s.intact(ctx, &blob) {
+		return InitResult{}, errkind.New(errkind.Gone, "content_gone", "the content is no longer available; upload the file")
+	}
+	// The caller holds no file of this content yet: it counts against
+	// their quota from now on.
+	if err := s.checkQuotaFor(ctx, userID, blob.Size); err != nil {
+		return InitResult{}, err
+	}
+	st, ok, err := s.instant(ctx, userID, &blob, ch.FileName, ch.ContentType, decodeMetadata(ch.ClientMetadata))
 	if err != nil {
 		return InitResult{}, err
 	}
@@ -330,14 +515,16 @@ func (s *Service) Prove(ctx context.Context, userID, challengeID string, digests
 	return InitResult{Outcome: Instant, Upload: st}, nil
 }
 
-// rangeDigest hashes one range of an object with a ranged GET.
-func (s *Service) rangeDigest(ctx context.Context, key string, r Range) (string, error) {
+// rangeDigest is the ProofDigest of one range of an object, read with a
+// ranged GET.
+func (s *Service) rangeDigest(ctx context.Context, key string, nonce []byte, r Range) (string, error) {
 	body, err := s.store.GetRange(ctx, key, r.Offset, r.Length)
 	if err != nil {
 		return "", storageError("read challenge range", err)
 	}
 	defer body.Close()
 	h := sha256.New()
+	h.Write(nonce)
 	n, err := io.Copy(h, body)
 	if err != nil {
 		return "", storageError("read challenge range", err)

@@ -25,10 +25,10 @@ import (
 // database and bucket.
 func childEnv(t testing.TB, db *testenv.DB, bucket string, extra ...string) []string {
 	srv := testenv.S3(t)
-	return append(append(os.Environ(),
-		"FERRY_UPLOAD_CHILD_DIALECT="+db.Dialect, "FERRY_UPLOAD_CHILD_DSN="+db.DSN, "FERRY_UPLOAD_CHILD_BUCKET="+bucket,
-		"FERRY_TEST_S3_ENDPOINT="+srv.Endpoint, "FERRY_TEST_S3_ACCESS_KEY="+srv.AccessKey, "FERRY_TEST_S3_SECRET_KEY="+srv.SecretKey,
-	), extra...)
+	return append([]string{
+		"FERRY_UPLOAD_CHILD_DIALECT=" + db.Dialect, "FERRY_UPLOAD_CHILD_DSN=" + db.DSN, "FERRY_UPLOAD_CHILD_BUCKET=" + bucket,
+		"FERRY_TEST_S3_ENDPOINT=" + srv.Endpoint, "FERRY_TEST_S3_ACCESS_KEY=" + srv.AccessKey, "FERRY_TEST_S3_SECRET_KEY=" + srv.SecretKey,
+	}, extra...)
 }
 
 // childService builds the child's service from childEnv.
@@ -39,19 +39,19 @@ func childService(t *testing.T, hooks upload.Hooks) (*upload.Service, *jobs.Queu
 		t.Fatal(err)
 	}
 	store := testenv.StoreFor(t, testenv.S3(t), os.Getenv("FERRY_UPLOAD_CHILD_BUCKET"))
-	q := jobs.NewQueue(db, time.Now)
-	svc, err := upload.New(upload.Config{DB: db, Store: store, Queue: q, Links: newSigner(t), Log: testenv.Logger(t), Hooks: hooks})
+	q := testenv.Must(jobs.NewQueue(jobs.QueueConfig{DB: db, Now: time.Now}))
+	svc, err := upload.New(upload.Config{DB: db, Store: store, Queue: q, Links: newLinks(t), Log: testenv.Logger(t)}, upload.WithHooks(hooks))
 	if err != nil {
 		t.Fatal(err)
 	}
 	return svc, q
 }
 
-// Done-when 5: a merge worker (a real process) is SIGKILLed after
-// CompleteMultipartUpload, half-way through verification. After its lease
-// lapses another worker takes the job over, finds the multipart upload
-// already completed and the object of the right size, verifies it and
-// records exactly one success, one file and one outbox event.
+// Done-when 5: a worker (a real process) merges an upload and is SIGKILLed
+// half-way through the background verification. After its lease lapses
+// another worker takes the verify job over, hashes the object again and
+// records exactly one verified file, one blob and one upload.completed
+// event; the merge's own outcome (the file, unverified) was already safe.
 func TestMergeWorkerKilledDuringVerification(t *testing.T) {
 	testenv.ForEachDB(t, func(t *testing.T, db *testenv.DB) {
 		e := newEnv(t, db, nil)
@@ -60,8 +60,7 @@ func TestMergeWorkerKilledDuringVerification(t *testing.T) {
 		data := randomBytes(3*5*mib + 1234)
 		st := c.uploadAll("crash.bin", data, true)
 
-		cmd := exec.Command(os.Args[0], "-test.run=^TestMergeWorkerProcess$", "-test.v")
-		cmd.Env = childEnv(t, db, e.store.Bucket(), "FERRY_UPLOAD_CHILD=kill")
+		cmd := testenv.Child("TestMergeWorkerProcess", childEnv(t, db, e.store.Bucket(), "FERRY_UPLOAD_CHILD=kill")...)
 		out, err := cmd.StdoutPipe()
 		if err != nil {
 			t.Fatal(err)
@@ -96,34 +95,29 @@ func TestMergeWorkerKilledDuringVerification(t *testing.T) {
 			t.Fatalf("child exit: %v, want death by SIGKILL", err)
 		}
 
-		// The crash left: the upload merging, its job owned by the dead
-		// child, the multipart upload completed, nothing recorded.
+		// The crash left: the upload merged (success, its file there but
+		// unverified, its blob out of the dedup index), the verify job
+		// owned by the dead child, and no upload.completed yet.
 		u := e.upload(st.UploadID)
-		j, _ := e.queue.Get(ctx, upload.KindMerge, st.UploadID)
-		if u.State != upload.StateMerging || j.State != jobs.StateRunning || j.LeaseOwner == nil || *j.LeaseOwner != "child" {
-			t.Fatalf("after the kill: upload %s, job %s owned by %v", u.State, j.State, j.LeaseOwner)
+		j, _ := e.queue.Get(ctx, upload.KindVerify, st.UploadID)
+		if u.State != upload.StateSuccess || j.State != jobs.StateRunning || j.LeaseOwner == nil || *j.LeaseOwner != "child" {
+			t.Fatalf("after the kill: upload %s, verify job %s owned by %v", u.State, j.State, j.LeaseOwner)
 		}
-		if _, err := e.store.ListParts(ctx, u.S3Key, u.S3UploadID); !errors.Is(err, s3store.ErrNoSuchUpload) {
-			t.Fatalf("ListParts after the kill: %v, want NoSuchUpload (completed)", err)
+		if n := e.count("files", "upload_id = ? AND sha256_verified = ?", st.UploadID, false); n != 1 {
+			t.Fatalf("unverified files after the kill = %d, want 1", n)
 		}
-		if info, err := e.store.Head(ctx, u.S3Key); err != nil || info.Size != int64(len(data)) {
-			t.Fatalf("object after the kill: %+v %v", info, err)
-		}
-		if e.count("files", "1 = 1")+e.count("outbox", "1 = 1")+e.count("blobs", "1 = 1") != 0 {
-			t.Fatal("the dead worker recorded something")
+		if e.count("outbox", "1 = 1")+e.count("blobs", "sha256 IS NOT NULL") != 0 {
+			t.Fatal("the dead worker recorded a verification")
 		}
 
 		start := time.Now()
 		e.run(t, 2*time.Second)
-		done := e.waitDone("usr_a", st.UploadID, 60*time.Second)
-		t.Logf("finished by the survivor %.1fs after it started (lease 2s)", time.Since(start).Seconds())
+		done := e.waitVerified("usr_a", st.UploadID, 60*time.Second)
+		t.Logf("verified by the survivor %.1fs after it started (lease 2s)", time.Since(start).Seconds())
 		if done.State != upload.StateSuccess || done.SHA256 != sha(data) {
 			t.Fatalf("final = %+v", done)
 		}
 		time.Sleep(300 * time.Millisecond) // room for a wrong second outcome
-		if n := e.count("uploads", "id = ? AND state = ?", st.UploadID, upload.StateSuccess); n != 1 {
-			t.Fatalf("success rows = %d", n)
-		}
 		if n := e.count("files", "upload_id = ?", st.UploadID); n != 1 {
 			t.Fatalf("files = %d, want 1", n)
 		}
@@ -133,12 +127,15 @@ func TestMergeWorkerKilledDuringVerification(t *testing.T) {
 		if n := e.count("outbox", "subject = ? AND type = ?", st.UploadID, notify.UploadCompleted); n != 1 {
 			t.Fatalf("upload.completed rows = %d, want 1", n)
 		}
-		if n := e.count("blobs", "refs = 1"); n != 1 {
+		if n := e.count("blobs", "refs = 1 AND sha256 = ?", sha(data)); n != 1 {
 			t.Fatalf("blobs = %d, want 1", n)
 		}
-		j, _ = e.queue.Get(ctx, upload.KindMerge, st.UploadID)
+		j, _ = e.queue.Get(ctx, upload.KindVerify, st.UploadID)
 		if j.State != jobs.StateDone || j.Attempts != 2 {
-			t.Fatalf("job %s after %d attempts, want done after 2", j.State, j.Attempts)
+			t.Fatalf("verify job %s after %d attempts, want done after 2", j.State, j.Attempts)
+		}
+		if m, _ := e.queue.Get(ctx, upload.KindMerge, st.UploadID); m.State != jobs.StateDone || m.Attempts != 1 {
+			t.Fatalf("merge job %s after %d attempts, want done after 1", m.State, m.Attempts)
 		}
 	})
 }
@@ -168,11 +165,11 @@ func TestMergeWorkerProcess(t *testing.T) {
 
 // A verification longer than the lease stays with its worker: the runner
 // heartbeats the lease while the object streams, so a second worker never
-// takes the job over and the merge runs once.
+// takes the job over and the verification runs once.
 func TestLongVerificationKeepsItsLease(t *testing.T) {
 	testenv.ForEachDB(t, func(t *testing.T, db *testenv.DB) {
 		var chunks atomic.Int32
-		e := newEnv(t, db, func(c *upload.Config) {
+		e := newEnv(t, db, func(c *testConfig) {
 			c.Hooks.VerifyProgress = func(string, int64) {
 				chunks.Add(1)
 				time.Sleep(550 * time.Millisecond) // 11 chunks: about three leases
@@ -185,21 +182,22 @@ func TestLongVerificationKeepsItsLease(t *testing.T) {
 		// machine (SQLite write waits, -race) without losing the lease.
 		e.run(t, 2*time.Second)
 		e.run(t, 2*time.Second) // a second worker, waiting for a lapse
-		done := e.waitDone("usr_a", st.UploadID, 60*time.Second)
+		done := e.waitVerified("usr_a", st.UploadID, 60*time.Second)
 		if done.State != upload.StateSuccess {
 			t.Fatalf("final = %+v", done)
 		}
-		j, _ := e.queue.Get(context.Background(), upload.KindMerge, st.UploadID)
+		j, _ := e.queue.Get(context.Background(), upload.KindVerify, st.UploadID)
 		if j.Attempts != 1 || chunks.Load() != 11 {
 			t.Fatalf("attempts = %d, chunks verified = %d; want 1 and 11", j.Attempts, chunks.Load())
 		}
 	})
 }
 
-// Transient storage errors retry with backoff: a worker whose S3 is
-// unreachable leaves the job queued with the error recorded, and a worker
-// that reaches S3 finishes it. Out of attempts, the upload fails with the
-// reason and an event.
+// Storage errors retry. An unreachable store is an outage: the job waits
+// and tries again without using up its attempts, the upload stays merging,
+// and a worker that reaches S3 finishes it. A store that refuses ferry
+// (wrong credentials) uses up the attempts, and then the upload fails with
+// the reason and an event.
 func TestTransientStorageErrorsRetry(t *testing.T) {
 	testenv.ForEachDB(t, func(t *testing.T, db *testenv.DB) {
 		e := newEnv(t, db, nil)
@@ -209,9 +207,15 @@ func TestTransientStorageErrorsRetry(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		broken := func(attempts int) *env {
-			return newEnv(t, db, func(c *upload.Config) {
-				c.Store, c.Queue, c.MergeAttempts = down, e.queue, attempts
+		srv := testenv.S3(t)
+		refusing, err := s3store.New(ctx, s3store.Config{Endpoint: srv.Endpoint, Region: "us-east-1", Bucket: e.store.Bucket(),
+			AccessKey: srv.AccessKey, SecretKey: "not-the-secret", PathStyle: true, Timeout: 2 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		broken := func(store *s3store.Store, attempts int) *env {
+			return newEnv(t, db, func(c *testConfig) {
+				c.Store, c.Queue, c.MergeAttempts = store, e.queue, attempts
 				c.MergeBackoff = func(int) time.Duration { return 50 * time.Millisecond }
 			})
 		}
@@ -219,36 +223,37 @@ func TestTransientStorageErrorsRetry(t *testing.T) {
 
 		st := c.uploadAll("retry.bin", randomBytes(1000), true)
 		t.Run("unreachable", func(t *testing.T) {
-			broken(100).run(t, 5*time.Second)
+			broken(down, 1).run(t, 5*time.Second)
 			deadline := time.Now().Add(30 * time.Second)
 			for {
 				j, _ := e.queue.Get(ctx, upload.KindMerge, st.UploadID)
-				if j.Attempts >= 2 && j.LastError != nil {
-					if !strings.Contains(*j.LastError, "unreachable") {
-						t.Fatalf("last error = %q", *j.LastError)
+				if j.OutageWaits >= 2 && j.LastError != nil {
+					if !strings.Contains(*j.LastError, "unreachable") || j.Attempts > 1 || j.State == jobs.StateFailed {
+						t.Fatalf("after %d outage waits: attempts %d, state %s, last error %q; want the attempt kept",
+							j.OutageWaits, j.Attempts, j.State, *j.LastError)
 					}
 					break
 				}
 				if time.Now().After(deadline) {
-					t.Fatalf("job %+v did not retry", j)
+					t.Fatalf("job %+v did not wait for the store", j)
 				}
 				time.Sleep(20 * time.Millisecond)
 			}
 		})
 		if u := e.upload(st.UploadID); u.State != upload.StateMerging {
-			t.Fatalf("after storage errors the upload is %s, want still merging", u.State)
+			t.Fatalf("after an outage the upload is %s, want still merging", u.State)
 		}
 		t.Run("reachable", func(t *testing.T) {
 			e.run(t, 5*time.Second)
-			if done := e.waitDone("usr_a", st.UploadID, 30*time.Second); done.State != upload.StateSuccess {
+			if done := e.waitVerified("usr_a", st.UploadID, 60*time.Second); done.State != upload.StateSuccess {
 				t.Fatalf("final = %+v", done)
 			}
 		})
 
 		gaveUp := c.uploadAll("never.bin", randomBytes(1000), true)
 		t.Run("out of attempts", func(t *testing.T) {
-			broken(2).run(t, 5*time.Second)
-			done := e.waitDone("usr_a", gaveUp.UploadID, 30*time.Second)
+			broken(refusing, 2).run(t, 5*time.Second)
+			done := e.waitVerified("usr_a", gaveUp.UploadID, 30*time.Second)
 			if done.State != upload.StateFailed || !strings.Contains(done.Error, "gave up after 2 attempts") {
 				t.Fatalf("final = %s %q", done.State, done.Error)
 			}

@@ -17,6 +17,11 @@ type metrics struct {
 	presigned        prometheus.Counter
 	instant          prometheus.Counter
 	proofs           *prometheus.CounterVec
+	blobMismatch     prometheus.Counter
+	claimsCorrected  prometheus.Counter
+	restarts         prometheus.Counter
+	verifyDuration   prometheus.Histogram
+	cleanedPosts     prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, count func(context.Context) (map[string]int64, error)) *metrics {
@@ -25,14 +30,14 @@ func newMetrics(reg prometheus.Registerer, count func(context.Context) (map[stri
 			Name: "ferry_upload_transitions_total", Help: "Uploads entering each state, counted by this process.",
 		}, []string{"state"}),
 		mergeDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "ferry_upload_merge_duration_seconds", Help: "Merge job run time (complete + verification), by outcome.",
+			Name: "ferry_upload_merge_duration_seconds", Help: "Merge job run time (CompleteMultipartUpload, or the copy of a posted object), by outcome.",
 			Buckets: prometheus.ExponentialBuckets(0.05, 2.5, 12),
 		}, []string{"outcome"}),
 		verifyBytes: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "ferry_upload_verify_bytes_total", Help: "Bytes read back and hashed by merge verification.",
+			Name: "ferry_upload_verify_bytes_total", Help: "Bytes read back and hashed by verification.",
 		}),
 		verifyThroughput: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "ferry_upload_verify_throughput_bytes_per_second", Help: "Throughput of each merge verification.",
+			Name: "ferry_upload_verify_throughput_bytes_per_second", Help: "Throughput of each verification.",
 			Buckets: prometheus.ExponentialBuckets(1<<20, 2, 14),
 		}),
 		presigned: prometheus.NewCounter(prometheus.CounterOpts{
@@ -44,10 +49,30 @@ func newMetrics(reg prometheus.Registerer, count func(context.Context) (map[stri
 		proofs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ferry_upload_proofs_total", Help: "Proof-of-possession answers, by result (right, wrong).",
 		}, []string{"result"}),
+		blobMismatch: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ferry_upload_blob_mismatch_total",
+			Help: "Blob objects found changed since ferry verified them (refused for deduplication); any count is a bug or an outside write to the bucket.",
+		}),
+		claimsCorrected: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ferry_upload_sha256_claims_corrected_total",
+			Help: "Files whose client-declared SHA-256 did not match the bytes; the file records the SHA-256 ferry computed.",
+		}),
+		restarts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ferry_upload_restarts_total",
+			Help: "Uploads put back to uploading on a new multipart upload because the store lost theirs before the merge.",
+		}),
+		verifyDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "ferry_upload_verify_duration_seconds", Help: "Background verification (read-back and SHA-256) of each merged file.",
+			Buckets: prometheus.ExponentialBuckets(0.05, 2.5, 12),
+		}),
+		cleanedPosts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ferry_upload_stray_posts_deleted_total",
+			Help: "Objects POSTed under a policy after their upload ended, deleted by cleanup.",
+		}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.transitions, m.mergeDuration, m.verifyBytes, m.verifyThroughput, m.presigned, m.instant, m.proofs,
-			&stateCollector{count: count})
+			m.blobMismatch, m.claimsCorrected, m.restarts, m.verifyDuration, m.cleanedPosts, &stateCollector{count: count})
 	}
 	return m
 }

@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"strings"
 	"time"
 
 	"gorm.io/gorm"
 
+	"github.com/ferry-io/ferry/errkind"
 	"github.com/ferry-io/ferry/jobs"
 	"github.com/ferry-io/ferry/models"
 	"github.com/ferry-io/ferry/s3store"
@@ -21,55 +24,98 @@ const KindAdopt = "upload.adopt"
 // a POST accepted just before expiry may still be writing.
 const adoptGrace = time.Minute
 
-// PostUpload is an upload that a browser sends in one form POST straight to
-// S3 (Companion's /s3/params), with the signed policy to send it with.
+// PostUpload is an upload that a browser sends in one request straight to
+// S3 (Companion's /s3/params): a form POST with the signed policy, or, on
+// a store without POST policies (Config.PutInsteadOfPost), a PUT to a
+// presigned URL with the headers it pins. Method says which.
 type PostUpload struct {
 	Multipart
-	Policy s3store.PostPolicy
+	Method string                   // http.MethodPost or http.MethodPut
+	Policy s3store.PostPolicy       // for POST
+	Put    s3store.PresignedRequest // for PUT
 }
 
 // InitPost starts an upload of one object sent with a browser form POST
-// straight to S3. The policy pins the key, the content type and fields,
-// and bounds the size by the maximum upload size. S3 tells ferry nothing
-// when the POST lands, so the upload is adopted by a job that runs once no
-// POST can land any more (the policy's expiry, plus a grace), or earlier
-// when its owner asks for its status: the object, if there, then goes
-// through the same merge job as any upload — verified, a file, an
-// upload.completed event — and an upload whose object never came expires.
+// straight to S3 (or a PUT, see signPosted). S3 tells ferry nothing when
+// the object lands, so the upload is adopted by a job that runs once
+// nothing can land any more (the policy's or URL's expiry, plus a grace),
+// or earlier when its owner asks for its status: the object, if there,
+// then goes through the same merge job as any upload — copied to a key
+// the policy cannot write, verified, a file, an upload.completed event —
+// and an upload whose object never came expires. The policy stays valid
+// after adoption, so whatever it writes later lands on the posted key,
+// which nothing reads, and cleanup deletes it.
 func (s *Service) InitPost(ctx context.Context, userID string, r OpenRequest, fields map[string]string) (PostUpload, error) {
 	name, ct, err := validateOpen(r)
 	if err != nil {
 		return PostUpload{}, err
 	}
+	if err := s.checkOpenLimit(ctx, userID); err != nil {
+		return PostUpload{}, err
+	}
+	if err := s.checkQuotaLeft(ctx, userID); err != nil {
+		return PostUpload{}, err
+	}
 	id := models.NewID("upl")
-	key := keyPrefix + id
-	pol, err := s.store.PresignPost(ctx, key, s3store.PostOptions{ContentType: ct, MinSize: 1, MaxSize: s.cfg.MaxSize, Fields: fields}, s.cfg.PresignTTL)
+	key := postPrefix + id
+	// S3 takes at most 5 GiB in one POST, and the merge copies the object
+	// in one CopyObject, which has the same limit; a ticket may bound it
+	// further.
+	maxSize := min(s.cfg.MaxSize, s3store.MaxCopySize)
+	if r.Ticket != nil && r.Ticket.MaxSize > 0 {
+		maxSize = min(maxSize, r.Ticket.MaxSize)
+	}
+	out, expires, err := s.signPosted(ctx, key, ct, fields, maxSize)
 	if err != nil {
-		return PostUpload{}, storageError("sign POST policy", err)
+		return PostUpload{}, err
 	}
 	now := s.nowUTC()
-	u := models.Upload{
-		ID: id, UserID: userID, FileName: name, ContentType: ct, S3Key: key, State: StateUploading,
-		CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(s.cfg.TTL),
-	}
-	err = s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		if err := tx.Create(&u).Error; err != nil {
-			return err
-		}
-		_, err := s.queue.Enqueue(ctx, tx, jobs.Spec{Kind: KindAdopt, Key: id, RunAt: pol.ExpiresAt.Add(adoptGrace)})
+	u := openRow(r, KindPost, id, userID, name, ct, key, "", now, now.Add(s.cfg.TTL))
+	err = s.insertOpen(ctx, r, &u, func(tx *gorm.DB) error {
+		_, err := s.queue.Enqueue(ctx, tx, jobs.Spec{Kind: KindAdopt, Key: id, RunAt: expires.Add(adoptGrace)})
 		return err
 	})
 	if err != nil {
+		if errkind.KindOf(err) != nil {
+			return PostUpload{}, err
+		}
 		return PostUpload{}, fmt.Errorf("upload: insert: %w", err)
 	}
 	s.metrics.transition(StateUploading)
-	s.log.InfoContext(ctx, "upload created", "upload_id", id, "user_id", userID, "size", "unknown", "api", "s3-post")
-	return PostUpload{Multipart: s.multipartOf(&u), Policy: pol}, nil
+	s.log.InfoContext(ctx, "upload created", "upload_id", id, "user_id", userID, "size", "unknown", "api", "s3-post", "ticket_id", deref(u.TicketID))
+	out.Multipart = s.multipartOf(&u)
+	return out, nil
 }
 
-// posted reports whether u is a POST-policy upload (it has no multipart
-// upload).
-func posted(u *models.Upload) bool { return u.S3UploadID == "" }
+// signPosted signs what sends the file to key: a POST policy pinning the
+// key, the content type and fields and bounding the size by maxSize; or, where the store has no POST policies, a
+// PUT whose signature pins the key, the content type and the x-amz-meta-*
+// fields. A PUT cannot bound the size: S3 takes at most 5 GiB in one, and
+// adoption refuses an object over the maximum upload size.
+func (s *Service) signPosted(ctx context.Context, key, ct string, fields map[string]string, maxSize int64) (PostUpload, time.Time, error) {
+	if !s.cfg.PutInsteadOfPost {
+		pol, err := s.store.PresignPost(ctx, key, s3store.PostOptions{ContentType: ct, MinSize: 1, MaxSize: maxSize, Fields: fields}, s.cfg.PresignTTL)
+		if err != nil {
+			return PostUpload{}, time.Time{}, storageError("sign POST policy", err)
+		}
+		return PostUpload{Method: http.MethodPost, Policy: pol}, pol.ExpiresAt, nil
+	}
+	meta := map[string]string{}
+	for k, v := range fields {
+		if name, ok := strings.CutPrefix(k, "x-amz-meta-"); ok {
+			meta[name] = v
+		}
+	}
+	put, err := s.store.PresignPut(ctx, key, s3store.PutOptions{ContentType: ct, Metadata: meta}, s.cfg.PresignTTL)
+	if err != nil {
+		return PostUpload{}, time.Time{}, storageError("sign PUT", err)
+	}
+	return PostUpload{Method: http.MethodPut, Put: put}, put.ExpiresAt, nil
+}
+
+// posted reports whether u is a POST-policy upload: one object, no
+// multipart upload.
+func posted(u *models.Upload) bool { return u.Kind == KindPost }
 
 // adopt is the adoption job's handler.
 func (s *Service) adopt(ctx context.Context, j *jobs.Job) error {
@@ -101,8 +147,21 @@ func (s *Service) adoptPosted(ctx context.Context, u *models.Upload) (bool, erro
 	if err != nil {
 		return false, storageError("head object", err)
 	}
-	if info.Size <= 0 || info.Size > s.cfg.MaxSize {
+	if info.Size <= 0 || info.Size > min(s.cfg.MaxSize, s3store.MaxCopySize) {
 		return true, s.failPosted(ctx, u, fmt.Sprintf("the posted object has %d bytes", info.Size))
+	}
+	if err := s.checkLearntSize(ctx, u, info.Size); err != nil {
+		if errkind.KindOf(err) == nil {
+			return false, err
+		}
+		// Nobody waits on this request: the upload fails with the reason,
+		// and upload.failed says it.
+		var ke *errkind.Error
+		reason := "refused"
+		if errors.As(err, &ke) {
+			reason = ke.Detail
+		}
+		return true, s.failPosted(ctx, u, reason)
 	}
 	_, err = s.recordCompleted(ctx, u, info.Size, info.Size, 1, nil)
 	return true, err

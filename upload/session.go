@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"time"
 
 	"gorm.io/gorm"
 
@@ -37,7 +38,11 @@ func (s *Service) Find(ctx context.Context, userID, sha string, size int64) (Sta
 		return Status{}, errkind.Invalidf("invalid_size", "size must be a positive number of bytes")
 	}
 	var u models.Upload
-	err = s.db.WithContext(ctx).Where("resume_key = ?", resumeKey(userID, sha, size)).Take(&u).Error
+	// By the resume key of an upload started with the hash, or by the hash
+	// a client declared while sending.
+	err = s.db.WithContext(ctx).Where("resume_key = ?", resumeKey(userID, sha, size)).
+		Or("user_id = ? AND sha256 = ? AND size = ? AND state IN ?", userID, sha, size, liveStateList).
+		Order("created_at DESC").Take(&u).Error
 	if errors.Is(err, gorm.ErrRecordNotFound) {
 		return Status{}, errNotFound
 	}
@@ -74,6 +79,20 @@ func (s *Service) status(ctx context.Context, u *models.Upload) (Status, error) 
 		}
 	}
 	st := toStatus(u)
+	if u.State == StateSuccess && u.FileID != nil {
+		// The hash and the flag come from the file, read together: the
+		// upload row was read before, and a verification committing in
+		// between must not pair "verified" with the claim it replaced.
+		var f models.File
+		err := s.db.WithContext(ctx).Select("sha256", "sha256_verified").Where("id = ?", *u.FileID).Take(&f).Error
+		switch {
+		case errors.Is(err, gorm.ErrRecordNotFound):
+		case err != nil:
+			return Status{}, fmt.Errorf("upload: file of %s: %w", u.ID, err)
+		case f.SHA256Verified:
+			st.SHA256, st.SHA256Verified = f.SHA256, true
+		}
+	}
 	rows, err := s.partRows(ctx, u.ID)
 	if err != nil {
 		return Status{}, err
@@ -86,7 +105,11 @@ func (s *Service) status(ctx context.Context, u *models.Upload) (Status, error) 
 		st.Parts = rows
 		return st, nil
 	}
-	listed, err := s.store.ListParts(ctx, u.S3Key, u.S3UploadID)
+	reported := make(map[int]string, len(rows))
+	for _, r := range rows {
+		reported[r.Number] = r.ETag
+	}
+	listed, err := s.store.ListPartsPreferring(ctx, u.S3Key, u.S3UploadID, preferring(u, reported))
 	if errors.Is(err, s3store.ErrNoSuchUpload) {
 		if u.State == StatePending {
 			// The merge completed it a moment ago; the reports are what
@@ -104,7 +127,7 @@ func (s *Service) status(ctx context.Context, u *models.Upload) (Status, error) 
 	if err != nil {
 		return Status{}, storageError("list parts", err)
 	}
-	st.Parts = s3Parts(listed, partLimit(u))
+	st.Parts = s3Parts(listed, s.partLimit(u))
 	return st, nil
 }
 
@@ -114,7 +137,7 @@ func s3Parts(listed []s3store.Part, partCount int) []Part {
 	out := make([]Part, 0, len(listed))
 	for _, p := range listed {
 		if n := int(p.Number); n >= 1 && n <= partCount {
-			out = append(out, Part{Number: n, Size: p.Size, ETag: p.ETag})
+			out = append(out, Part{Number: n, Size: p.Size, ETag: p.ETag, CRC32C: p.CRC32C})
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Number < out[j].Number })
@@ -137,6 +160,13 @@ func (s *Service) partRows(ctx context.Context, id string) ([]Part, error) {
 // it alive. It fails with a conflict when the upload left uploading.
 func (s *Service) touch(ctx context.Context, u *models.Upload) error {
 	now := s.nowUTC()
+	// A client presigning batch after batch would write the row on every
+	// call; an expiry already within a minute (or 1% of the TTL) of the
+	// one this would set is as good, and costs no write.
+	slack := min(s.cfg.TTL/100, time.Minute)
+	if u.State == StateUploading && !u.ExpiresAt.Before(now.Add(s.cfg.TTL-slack)) {
+		return nil
+	}
 	res := s.db.WithContext(ctx).Model(&models.Upload{}).Where("id = ? AND state = ?", u.ID, StateUploading).
 		Updates(map[string]any{"expires_at": now.Add(s.cfg.TTL), "updated_at": now})
 	if res.Error != nil {
@@ -203,10 +233,13 @@ func (s *Service) writable(ctx context.Context, userID, id string) (*models.Uplo
 	return u, nil
 }
 
-// Presign signs PUT URLs for up to MaxBatch parts. contentMD5 optionally
-// pins a part's base64 MD5 into its signature, so S3 refuses a corrupted
-// body. Signing again, for instance after a URL expired, is always fine.
-func (s *Service) Presign(ctx context.Context, userID, id string, parts []int, contentMD5 map[int]string) (map[int]PresignedPart, error) {
+// Presign signs PUT URLs for up to MaxBatch parts. Each URL pins its
+// part's size (so a URL stores its part and nothing more), its base64 MD5
+// when given, and its CRC32C, which an upload with checksum CRC32C needs
+// for every part: S3 then refuses a body that does not match. Signing
+// again, for instance after a URL expired, is always fine. Nothing here
+// calls S3: presigning is local signing.
+func (s *Service) Presign(ctx context.Context, userID, id string, r PresignRequest) (map[int]PresignedPart, error) {
 	u, err := s.loadCurrent(ctx, userID, id)
 	if err != nil {
 		return nil, err
@@ -214,31 +247,36 @@ func (s *Service) Presign(ctx context.Context, userID, id string, parts []int, c
 	if unsized(u) && u.State == StateUploading {
 		return nil, errSizeUnknown
 	}
-	return s.presign(ctx, u, parts, contentMD5)
+	return s.presign(ctx, u, r)
 }
 
-func (s *Service) presign(ctx context.Context, u *models.Upload, parts []int, contentMD5 map[int]string) (map[int]PresignedPart, error) {
+func (s *Service) presign(ctx context.Context, u *models.Upload, r PresignRequest) (map[int]PresignedPart, error) {
 	if u.State != StateUploading {
 		return nil, notUploading(u.State)
 	}
 	if posted(u) {
 		return nil, errSizeUnknown
 	}
-	if err := checkPartNumbers(parts, partLimit(u), contentMD5); err != nil {
+	if err := checkPartNumbers(r.Parts, s.partLimit(u), r.ContentMD5); err != nil {
+		return nil, err
+	}
+	if err := checkPartChecksums(u, r); err != nil {
 		return nil, err
 	}
 	if err := s.touch(ctx, u); err != nil {
 		return nil, err
 	}
-	nums := make([]int32, len(parts))
-	md5s := make(map[int32]string, len(contentMD5))
+	parts := r.Parts
+	specs := make([]s3store.PartSpec, len(parts))
 	for i, n := range parts {
-		nums[i] = int32(n)
-		if v, ok := contentMD5[n]; ok {
-			md5s[int32(n)] = v
+		specs[i] = s3store.PartSpec{Number: int32(n), ContentMD5: r.ContentMD5[n], CRC32C: r.CRC32C[n]}
+		if !unsized(u) {
+			// A sized upload knows every part's length: signing it keeps a
+			// part URL from storing more than its part.
+			specs[i].Size = expectedPartSize(u, n)
 		}
 	}
-	reqs, err := s.store.PresignParts(ctx, u.S3Key, u.S3UploadID, nums, md5s, s.cfg.PresignTTL)
+	reqs, err := s.store.PresignParts(ctx, u.S3Key, u.S3UploadID, specs, s.cfg.PresignTTL)
 	if err != nil {
 		return nil, storageError("presign parts", err)
 	}
@@ -289,10 +327,12 @@ func (s *Service) ReportPart(ctx context.Context, userID, id string, n int, etag
 // Complete checks with S3 that every part is there with the right size,
 // then moves the upload to pending and enqueues its merge, and returns at
 // once: the merge runs in the background. Missing or wrongly sized parts
-// are a 409 listing missing_parts and bad_parts. parts, when given, are the
-// ETags the client saw; the merge fails if S3's differ. Calling Complete
+// are a 409 listing missing_parts and bad_parts. r.Parts, when given, are
+// the ETags the client saw; the merge fails if S3's differ. r.CRC32C, the
+// whole file's checksum, is required for an upload with checksum CRC32C:
+// S3 checks it when the merge completes the upload. Calling Complete
 // again answers the upload's current state.
-func (s *Service) Complete(ctx context.Context, userID, id string, parts []ClientPart) (Status, error) {
+func (s *Service) Complete(ctx context.Context, userID, id string, r CompleteRequest) (Status, error) {
 	u, err := s.loadCurrent(ctx, userID, id)
 	if err != nil {
 		return Status{}, err
@@ -303,11 +343,15 @@ func (s *Service) Complete(ctx context.Context, userID, id string, parts []Clien
 	if unsized(u) {
 		return Status{}, errSizeUnknown
 	}
-	etags, err := checkClientParts(parts, u.PartCount)
+	etags, err := checkClientParts(r.Parts, u.PartCount)
 	if err != nil {
 		return Status{}, err
 	}
-	listed, err := s.store.ListParts(ctx, u.S3Key, u.S3UploadID)
+	sha, err := checkCompleteDigests(u, r)
+	if err != nil {
+		return Status{}, err
+	}
+	listed, err := s.store.ListPartsPreferring(ctx, u.S3Key, u.S3UploadID, preferring(u, etags))
 	if errors.Is(err, s3store.ErrNoSuchUpload) {
 		if err := s.expire(ctx, u); err != nil {
 			return Status{}, err
@@ -327,6 +371,12 @@ func (s *Service) Complete(ctx context.Context, userID, id string, parts []Clien
 		b, _ := json.Marshal(etags)
 		upd["client_etags"] = string(b)
 	}
+	if sha != "" {
+		upd["sha256"] = sha
+	}
+	if r.CRC32C != "" {
+		upd["full_checksum"] = r.CRC32C
+	}
 	moved := false
 	err = s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		res := tx.Model(&models.Upload{}).Where("id = ? AND state = ?", u.ID, StateUploading).Updates(upd)
@@ -334,20 +384,81 @@ func (s *Service) Complete(ctx context.Context, userID, id string, parts []Clien
 			return res.Error // someone else moved it: answer its state below
 		}
 		moved = true
-		_, err := s.queue.Enqueue(ctx, tx, jobs.Spec{Kind: KindMerge, Key: u.ID})
+		inserted, err := s.queue.Enqueue(ctx, tx, jobs.Spec{Kind: KindMerge, Key: u.ID})
+		if err == nil && !inserted {
+			// The upload was merged once already and the store lost it
+			// (restarted): its merge runs again.
+			_, err = s.queue.Again(ctx, tx, KindMerge, u.ID)
+		}
 		return err
 	})
 	if err != nil {
 		return Status{}, fmt.Errorf("upload: complete: %w", err)
 	}
 	if !moved {
-		return s.Complete(ctx, userID, id, parts)
+		return s.Complete(ctx, userID, id, r)
 	}
 	s.queue.Wake(KindMerge)
 	s.metrics.transition(StatePending)
 	s.log.InfoContext(ctx, "upload complete accepted", "upload_id", u.ID, "parts", u.PartCount)
 	u.State = StatePending
 	return toStatus(u), nil
+}
+
+// checkPartChecksums checks the CRC32Cs of a presign batch: every part of
+// an upload with checksum CRC32C needs one, and an upload without may not
+// be given any (S3 would refuse the part).
+func checkPartChecksums(u *models.Upload, r PresignRequest) error {
+	want := map[int]bool{}
+	for _, n := range r.Parts {
+		want[n] = true
+	}
+	for n, v := range r.CRC32C {
+		if !want[n] {
+			return errkind.Invalidf("invalid_checksum_crc32c", "checksum_crc32c names part %d, which part_numbers does not list", n)
+		}
+		if err := checkCRC32C(v, "checksum_crc32c"); err != nil {
+			return err
+		}
+	}
+	switch {
+	case u.ChecksumAlgorithm == s3store.ChecksumCRC32C:
+		for _, n := range r.Parts {
+			if r.CRC32C[n] == "" {
+				return errkind.Invalidf("missing_checksum", "the upload checks a CRC32C per part: give checksum_crc32c for part %d", n)
+			}
+		}
+	case len(r.CRC32C) > 0:
+		return errkind.Invalidf("invalid_checksum_crc32c", "the upload was started without checksum_algorithm CRC32C; pin parts with content_md5")
+	}
+	return nil
+}
+
+// checkCompleteDigests validates what a client declares at complete: the
+// whole file's CRC32C (required for an upload with checksum CRC32C) and
+// its SHA-256, which a client hashing while it sends only knows now. A
+// SHA-256 declared earlier may not change.
+func checkCompleteDigests(u *models.Upload, r CompleteRequest) (sha string, err error) {
+	switch {
+	case u.ChecksumAlgorithm == s3store.ChecksumCRC32C && r.CRC32C == "":
+		return "", errkind.Invalidf("missing_checksum", "the upload checks the whole file's CRC32C: give checksum_crc32c")
+	case u.ChecksumAlgorithm != s3store.ChecksumCRC32C && r.CRC32C != "":
+		return "", errkind.Invalidf("invalid_checksum_crc32c", "the upload was started without checksum_algorithm CRC32C")
+	case r.CRC32C != "":
+		if err := checkCRC32C(r.CRC32C, "checksum_crc32c"); err != nil {
+			return "", err
+		}
+	}
+	if r.SHA256 == "" {
+		return "", nil
+	}
+	if sha, err = checkSHA256(r.SHA256, "sha256"); err != nil {
+		return "", err
+	}
+	if u.SHA256 != nil && *u.SHA256 != sha {
+		return "", errkind.New(errkind.Conflict, "sha256_mismatch", "the upload already declares another sha256")
+	}
+	return sha, nil
 }
 
 // completed reports whether u is past complete already (a repeated call

@@ -2,9 +2,7 @@ package users
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -15,6 +13,8 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/ferry-io/ferry/errkind"
+	"github.com/ferry-io/ferry/internal/random"
+	"github.com/ferry-io/ferry/jobs"
 	"github.com/ferry-io/ferry/models"
 )
 
@@ -27,12 +27,15 @@ const TokenPrefix = "fry_"
 // which accounts exist.
 var ErrUnauthenticated = &errkind.Error{Kind: errkind.Unauthenticated, Code: "unauthenticated", Detail: "missing, invalid or revoked credentials"}
 
-// User is an account as the rest of ferry sees it.
+// User is an account as the rest of ferry sees it. Issuer and Subject are
+// set for a host app's user (see External) and empty for ferry's own.
 type User struct {
 	ID        string
 	Name      string
 	Admin     bool
 	Active    bool
+	Issuer    string
+	Subject   string
 	CreatedAt time.Time
 }
 
@@ -43,9 +46,54 @@ type Service struct {
 	sessionTTL time.Duration
 }
 
-// New returns a Service. Sessions last sessionTTL.
-func New(db *gorm.DB, now func() time.Time, sessionTTL time.Duration) *Service {
-	return &Service{db: db, now: now, sessionTTL: sessionTTL}
+// KindPruneSessions is the periodic job that deletes expired sessions.
+const KindPruneSessions = "users.prune_sessions"
+
+// Register adds the session pruning job to r, hourly. Call it before
+// r.Run.
+func (s *Service) Register(r *jobs.Runner) {
+	r.Handle(KindPruneSessions, func(ctx context.Context, _ *jobs.Job) error {
+		n, err := s.PruneSessions(ctx)
+		r.CountPruned("sessions", n)
+		return err
+	}, jobs.Options{Every: time.Hour, MaxAttempts: 1})
+}
+
+// PruneSessions deletes sessions that have expired (a signed-out session's
+// row is deleted at once) and returns how many.
+func (s *Service) PruneSessions(ctx context.Context) (int64, error) {
+	n, err := models.DeleteInBatches[string](ctx, s.db, &models.Session{}, "hash", "expires_at < ?", models.Time(s.now()))
+	if err != nil {
+		return n, fmt.Errorf("users: prune sessions: %w", err)
+	}
+	return n, nil
+}
+
+// DefaultSessionTTL is how long a browser session lasts unless
+// Config.SessionTTL says otherwise.
+const DefaultSessionTTL = 7 * 24 * time.Hour
+
+// Config configures a Service.
+type Config struct {
+	DB *gorm.DB // required
+	// SessionTTL is how long a session lasts; 0 means DefaultSessionTTL.
+	SessionTTL time.Duration
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// New returns a Service.
+func New(c Config) (*Service, error) {
+	if c.DB == nil {
+		return nil, errors.New("users: Config.DB is required")
+	}
+	if c.SessionTTL <= 0 {
+		c.SessionTTL = DefaultSessionTTL
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return &Service{db: c.DB, now: c.Now, sessionTTL: c.SessionTTL}, nil
 }
 
 var namePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$`)
@@ -173,8 +221,6 @@ func (s *Service) CreateSession(ctx context.Context, token string) (User, string
 	if err := s.db.WithContext(ctx).Create(&row).Error; err != nil {
 		return User{}, "", time.Time{}, fmt.Errorf("create session: %w", err)
 	}
-	// Opportunistic clean-up keeps the table small without a separate job.
-	s.db.WithContext(ctx).Where("expires_at < ?", now).Delete(&models.Session{})
 	return u, secret, row.ExpiresAt, nil
 }
 
@@ -215,13 +261,7 @@ func newToken(userID string, now time.Time) (string, models.Token) {
 	return token, models.Token{ID: models.NewID("tok"), UserID: userID, Hash: hash(token), CreatedAt: now}
 }
 
-func randomSecret() string {
-	b := make([]byte, 32)
-	if _, err := rand.Read(b); err != nil {
-		panic("crypto/rand failed: " + err.Error())
-	}
-	return base64.RawURLEncoding.EncodeToString(b)
-}
+func randomSecret() string { return random.URLSafe(32) }
 
 func hash(secret string) string {
 	sum := sha256.Sum256([]byte(secret))
@@ -229,5 +269,71 @@ func hash(secret string) string {
 }
 
 func toUser(r models.User) User {
-	return User{ID: r.ID, Name: r.Name, Admin: r.IsAdmin, Active: r.Active, CreatedAt: r.CreatedAt}
+	u := User{ID: r.ID, Name: r.Name, Admin: r.IsAdmin, Active: r.Active, CreatedAt: r.CreatedAt}
+	if r.DisplayName != nil && *r.DisplayName != "" {
+		u.Name = *r.DisplayName
+	}
+	if r.Issuer != nil && r.Subject != nil {
+		u.Issuer, u.Subject = *r.Issuer, *r.Subject
+	}
+	return u
+}
+
+// Erase deletes user id inside tx: the account row, its API tokens and
+// its browser sessions, so every credential of the user fails from the
+// commit on (authentication reads the row on every request). It returns
+// the user as it was; a user that does not exist is a not-found error.
+// It is one step of package erasure's whole-user deletion; the user's
+// data in other domains goes in the same transaction.
+func (s *Service) Erase(ctx context.Context, tx *gorm.DB, id string) (User, error) {
+	var row models.User
+	err := tx.WithContext(ctx).Where("id = ?", id).Take(&row).Error
+	if errors.Is(err, gorm.ErrRecordNotFound) {
+		return User{}, errkind.New(errkind.NotFound, "user_not_found", "no such user")
+	}
+	if err != nil {
+		return User{}, err
+	}
+	for _, m := range []any{&models.Token{}, &models.Session{}} {
+		if err := tx.WithContext(ctx).Where("user_id = ?", id).Delete(m).Error; err != nil {
+			return User{}, fmt.Errorf("users: erase %s: %w", id, err)
+		}
+	}
+	res := tx.WithContext(ctx).Where("id = ?", id).Delete(&models.User{})
+	if res.Error != nil {
+		return User{}, fmt.Errorf("users: erase %s: %w", id, res.Error)
+	}
+	if res.RowsAffected == 0 {
+		return User{}, errkind.New(errkind.NotFound, "user_not_found", "no such user") // erased by a concurrent call
+	}
+	return toUser(row), nil
+}
+
+// RotateToken replaces every API token of user id with one new token,
+// returned once: the old tokens fail from the commit on, the user's
+// browser sessions are kept (they were made with a token the user held,
+// and end on their own or on sign-out; deactivate the user to end them).
+func (s *Service) RotateToken(ctx context.Context, id string) (string, error) {
+	now := models.Time(s.now())
+	token, row := newToken(id, now)
+	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		var n int64
+		if err := tx.Model(&models.User{}).Where("id = ?", id).Count(&n).Error; err != nil {
+			return err
+		}
+		if n == 0 {
+			return errkind.New(errkind.NotFound, "user_not_found", "no such user")
+		}
+		if err := tx.Where("user_id = ?", id).Delete(&models.Token{}).Error; err != nil {
+			return err
+		}
+		return tx.Create(&row).Error
+	})
+	if err != nil {
+		if errkind.KindOf(err) != nil {
+			return "", err
+		}
+		return "", fmt.Errorf("users: rotate token of %s: %w", id, err)
+	}
+	return token, nil
 }

@@ -17,7 +17,7 @@ func TestTokensSessionsAndDeactivation(t *testing.T) {
 	testenv.ForEachDB(t, func(t *testing.T, db *testenv.DB) {
 		ctx := context.Background()
 		now := time.Now()
-		s := users.New(db.DB, func() time.Time { return now }, time.Hour)
+		s := testenv.Must(users.New(users.Config{DB: db.DB, Now: func() time.Time { return now }, SessionTTL: time.Hour}))
 
 		u, tok, err := s.Create(ctx, "alice", false)
 		if err != nil || !strings.HasPrefix(tok, users.TokenPrefix) {
@@ -92,7 +92,7 @@ func TestTokensSessionsAndDeactivation(t *testing.T) {
 func TestBootstrapCreatesOneAdminOnce(t *testing.T) {
 	testenv.ForEachDB(t, func(t *testing.T, db *testenv.DB) {
 		ctx := context.Background()
-		s := users.New(db.DB, time.Now, time.Hour)
+		s := testenv.Must(users.New(users.Config{DB: db.DB, Now: time.Now, SessionTTL: time.Hour}))
 		tok, err := s.Bootstrap(ctx)
 		if err != nil || tok == "" {
 			t.Fatalf("first bootstrap: %q %v", tok, err)
@@ -103,6 +103,62 @@ func TestBootstrapCreatesOneAdminOnce(t *testing.T) {
 		}
 		if tok2, err := s.Bootstrap(ctx); err != nil || tok2 != "" {
 			t.Fatalf("second bootstrap: %q %v; want nothing", tok2, err)
+		}
+	})
+}
+
+// Expired sessions are deleted by the pruning job's query; live ones stay.
+func TestExpiredSessionsArePruned(t *testing.T) {
+	testenv.ForEachDB(t, func(t *testing.T, db *testenv.DB) {
+		now := time.Now()
+		clock := func() time.Time { return now }
+		svc := testenv.Must(users.New(users.Config{DB: db.DB, Now: clock, SessionTTL: time.Hour}))
+		ctx := context.Background()
+		_, tok, err := svc.Create(ctx, "sam", false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 3 {
+			if _, _, _, err := svc.CreateSession(ctx, tok); err != nil {
+				t.Fatal(err)
+			}
+		}
+		now = now.Add(2 * time.Hour) // those three are expired now
+		_, live, _, err := svc.CreateSession(ctx, tok)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, err := svc.PruneSessions(ctx)
+		if err != nil || n != 3 {
+			t.Fatalf("pruned %d (%v), want 3", n, err)
+		}
+		if _, err := svc.SessionUser(ctx, live); err != nil {
+			t.Fatalf("the live session: %v", err)
+		}
+	})
+}
+
+// RotateToken: the new token authenticates, every old one is refused.
+func TestRotateToken(t *testing.T) {
+	testenv.ForEachDB(t, func(t *testing.T, db *testenv.DB) {
+		ctx := context.Background()
+		s := testenv.Must(users.New(users.Config{DB: db.DB, SessionTTL: time.Hour}))
+		u, old, err := s.Create(ctx, "rotator", false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fresh, err := s.RotateToken(ctx, u.ID)
+		if err != nil || fresh == old {
+			t.Fatalf("rotate: %q %v", fresh, err)
+		}
+		if _, err := s.Authenticate(ctx, old); !errors.Is(err, errkind.Unauthenticated) {
+			t.Errorf("old token after rotation: %v, want unauthenticated", err)
+		}
+		if got, err := s.Authenticate(ctx, fresh); err != nil || got.ID != u.ID {
+			t.Errorf("new token: %v %v", got, err)
+		}
+		if _, err := s.RotateToken(ctx, "usr_nobody"); !errors.Is(err, errkind.NotFound) {
+			t.Errorf("rotate for no user: %v, want not found", err)
 		}
 	})
 }

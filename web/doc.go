@@ -2,11 +2,15 @@
 // the binary so that `go run ./cmd/ferry` serves them without npm.
 //
 // src/ is the source: ferry.js is the SDK for the native upload API
-// (hashing in a Web Worker with hash-wasm, proof of possession, parallel
-// part PUTs with pinned Content-MD5, retries with backoff, re-signing,
-// pause/resume/cancel, progress), hash-worker.js the worker, and app.js
-// the UI. static/ has the page and its stylesheet. dist/ is built from
-// src/ by esbuild (`npm ci && npm run build`, dependencies pinned in
+// (one read of the file in Web Workers with hash-wasm that gives each
+// part's CRC32C as the part is read and the whole file's CRC32C and
+// SHA-256 at the end; parallel part PUTs with the CRC32C signed in, or
+// Content-MD5 on stores without checksums; resume by the first part's
+// CRC32C; the SHA-256 declared mid-transfer for instant upload and proof
+// of possession; retries with backoff, re-signing, pause/resume/cancel,
+// progress, and a long poll for the end), hash-worker.js the workers, and
+// app.js the UI. static/ has the page and its stylesheet. dist/ is built
+// from src/ by esbuild (`npm ci && npm run build`, dependencies pinned in
 // package-lock.json) and committed; CI rebuilds it and fails when it is
 // out of date.
 package web

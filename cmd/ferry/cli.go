@@ -41,8 +41,11 @@ type clientFlags struct {
 }
 
 func (f *clientFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.server, "server", os.Getenv("FERRY_URL"), "ferry's URL (default $FERRY_URL)")
-	fs.StringVar(&f.token, "token", os.Getenv("FERRY_TOKEN"), "API token (default $FERRY_TOKEN)")
+	fs.StringVar(&f.server, "server", os.Getenv("FERRY_URL"), "ferry's `URL`")
+	fs.StringVar(&f.token, "token", os.Getenv("FERRY_TOKEN"), "the API `TOKEN` to send")
+	// Help names the variables, never their values: a token is a secret.
+	fs.Lookup("server").DefValue = "$FERRY_URL"
+	fs.Lookup("token").DefValue = "$FERRY_TOKEN"
 	fs.BoolVar(&f.json, "json", false, "print JSON lines (progress and result) for machines")
 	fs.BoolVar(&f.quiet, "quiet", false, "print only the result")
 }
@@ -57,11 +60,16 @@ func (f *clientFlags) client() (*client.Client, error) {
 // clientExit maps a client error to an exit code.
 func clientExit(err error) int {
 	var fe *client.Error
+	var ee *client.ExportError
 	switch {
 	case err == nil:
 		return exitOK
 	case errors.Is(err, context.Canceled):
 		return exitInterrupted
+	case errors.As(err, &ee) && ee.Gone():
+		// A revoked or expired export is gone, as its 410 link says; the
+		// exit code must not claim it failed verification.
+		return exitNotFound
 	case errors.As(err, &fe):
 		switch {
 		case fe.Status == http.StatusUnauthorized || fe.Status == http.StatusForbidden:
@@ -230,7 +238,7 @@ func human(n int64) string {
 func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 	var pos []string
 	for {
-		if err := fs.Parse(args); err != nil {
+		if err := parseFlags(fs, args); err != nil {
 			return nil, err
 		}
 		args = fs.Args()
@@ -243,18 +251,25 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 }
 
 func cmdUpload(args []string, stdout, stderr io.Writer) (int, error) {
-	flags := flag.NewFlagSet("upload", flag.ContinueOnError)
-	flags.SetOutput(stderr)
+	flags := newFlags("upload")
 	var cf clientFlags
 	cf.register(flags)
-	concurrency := flags.Int("concurrency", 4, "parts in flight")
-	contentType := flags.String("type", "", "content type (default: from the extension)")
+	concurrency := flags.Int("concurrency", 4, "`N` parts in flight")
+	contentType := flags.String("type", "", "the files' `CONTENT-TYPE` (default: from the extension)")
+	ticket := flags.String("ticket", "", "an upload `TICKET` (ftk_…) from your app's backend, instead of --token")
+	noInstant := flags.Bool("no-instant", false, "do not hash files on this machine: ferry cannot recognise content it holds already, and computes the SHA-256 itself after the merge")
+	meta := metaFlag{}
+	flags.Var(meta, "meta", "`KEY=VALUE` metadata for the file (repeatable)")
 	files, err := parseInterspersed(flags, args)
 	if err != nil {
 		return exitUsage, usageError{err}
 	}
 	if len(files) == 0 {
-		return exitUsage, usageError{errors.New("usage: ferry upload [--concurrency N] [--json] FILE...")}
+		//lint:ignore ST1005 a usage line ends with its synopsis
+		return exitUsage, usageError{errors.New("usage: ferry upload [--concurrency N] [--type CONTENT-TYPE] [--ticket TICKET] [--meta KEY=VALUE]... [--no-instant] FILE...")}
+	}
+	if *ticket != "" && len(files) > 1 {
+		return exitUsage, usageError{errors.New("a ticket makes one upload: give one FILE with --ticket")}
 	}
 	c, err := cf.client()
 	if err != nil {
@@ -266,7 +281,8 @@ func cmdUpload(args []string, stdout, stderr io.Writer) (int, error) {
 	var firstErr error
 	for _, path := range files {
 		rep := newReporter(stdout, cf, path)
-		res, err := c.UploadFile(ctx, path, client.UploadOptions{Concurrency: *concurrency, ContentType: *contentType, Progress: rep.progress})
+		res, err := c.UploadFile(ctx, path, client.UploadOptions{Concurrency: *concurrency, ContentType: *contentType,
+			Progress: rep.progress, Ticket: *ticket, Metadata: meta, SkipHash: *noInstant})
 		if err != nil {
 			rep.fail(err)
 			if firstErr == nil {
@@ -287,17 +303,39 @@ func cmdUpload(args []string, stdout, stderr io.Writer) (int, error) {
 		}
 		rep.done(map[string]any{"file": path, "file_id": res.FileID, "upload_id": res.UploadID, "sha256": res.SHA256,
 			"size": res.Size, "instant": res.Instant, "resumed": res.Resumed, "parts_sent": res.PartsSent, "parts_skipped": res.PartsSkipped},
-			fmt.Sprintf("%s: %s as %s (%s, sha256 %s)", path, how, res.FileID, human(res.Size), res.SHA256))
+			fmt.Sprintf("%s: %s as %s (%s, %s)", path, how, res.FileID, human(res.Size), shaNote(res.SHA256)))
 	}
 	return worst, firstErr
 }
 
+// shaNote names an uploaded file's SHA-256, or says that ferry computes it
+// (--no-instant).
+func shaNote(sha string) string {
+	if sha == "" {
+		return "sha256 computed by ferry"
+	}
+	return "sha256 " + sha
+}
+
+// metaFlag collects repeated --meta KEY=VALUE flags.
+type metaFlag map[string]string
+
+func (m metaFlag) String() string { return "" }
+
+func (m metaFlag) Set(v string) error {
+	k, val, ok := strings.Cut(v, "=")
+	if !ok || k == "" {
+		return fmt.Errorf("want KEY=VALUE, got %q", v)
+	}
+	m[k] = val
+	return nil
+}
+
 func cmdDownload(args []string, stdout, stderr io.Writer) (int, error) {
-	flags := flag.NewFlagSet("download", flag.ContinueOnError)
-	flags.SetOutput(stderr)
+	flags := newFlags("download")
 	var cf clientFlags
 	cf.register(flags)
-	out := flags.String("o", "", "output file (required)")
+	out := flags.String("o", "", "the output `FILE` (required)")
 	pos, err := parseInterspersed(flags, args)
 	if err != nil {
 		return exitUsage, usageError{err}
@@ -317,6 +355,10 @@ func cmdDownload(args []string, stdout, stderr io.Writer) (int, error) {
 	defer stop()
 	rep := newReporter(stdout, cf, *out)
 	res, err := c.Download(ctx, pos[0], *out, client.DownloadOptions{Progress: rep.progress})
+	if client.IsCode(err, client.CodeLinkExpired) {
+		// A bare link cannot be renewed from here; the partial file stays.
+		err = fmt.Errorf("%w; get a fresh link (download_url of GET /exports/{id} or GET /files/{id}) and run the same command with it to resume", err)
+	}
 	if err != nil {
 		rep.fail(err)
 		return clientExit(err), err
@@ -331,12 +373,11 @@ func cmdDownload(args []string, stdout, stderr io.Writer) (int, error) {
 }
 
 func cmdExport(args []string, stdout, stderr io.Writer) (int, error) {
-	flags := flag.NewFlagSet("export", flag.ContinueOnError)
-	flags.SetOutput(stderr)
+	flags := newFlags("export")
 	var cf clientFlags
 	cf.register(flags)
 	scope := flags.String("scope", "all", `what to export: "all" or "conv:<id>"`)
-	out := flags.String("o", "", "output file (required)")
+	out := flags.String("o", "", "the output `FILE` (required)")
 	fresh := flags.Bool("new", false, "start a new export even if one for this output exists")
 	pos, err := parseInterspersed(flags, args)
 	if err != nil {
@@ -353,6 +394,12 @@ func cmdExport(args []string, stdout, stderr io.Writer) (int, error) {
 	defer stop()
 	rep := newReporter(stdout, cf, *out)
 	res, err := c.Export(ctx, *scope, *out, client.ExportOptions{NewIntent: *fresh, Progress: rep.progress})
+	var ended *client.ExportError
+	if errors.As(err, &ended) {
+		// The saved key names this export for good: rerunning the same
+		// command finds it again. Only a new key makes a new export.
+		err = fmt.Errorf("%w; that will not change, so run the command again with --new to start a new export", err)
+	}
 	if err != nil {
 		rep.fail(err)
 		return clientExit(err), err

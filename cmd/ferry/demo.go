@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"strconv"
@@ -11,25 +10,22 @@ import (
 
 	"github.com/ferry-io/ferry/chat"
 	"github.com/ferry-io/ferry/errkind"
+	"github.com/ferry-io/ferry/users"
 )
 
 const demoUsage = "usage: ferry demo seed [--users N] [--conversations N] [--messages N] [--seed S] [--prefix NAME]"
 
-// cmdDemo runs "ferry demo seed": synthetic users and chat history for
+// cmdDemoSeed runs "ferry demo seed": synthetic users and chat history for
 // demos and benchmarks.
-func cmdDemo(args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || args[0] != "seed" {
-		return usageError{errors.New(demoUsage)}
-	}
-	fs := flag.NewFlagSet("demo seed", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+func cmdDemoSeed(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("demo seed")
 	nUsers := fs.Int("users", 6, "users taking part (created as PREFIX1..PREFIXn when missing)")
 	nConvs := fs.Int("conversations", 4, "conversations to create")
 	nMsgs := fs.Int("messages", 1000, "messages to write")
 	seed := fs.Uint64("seed", 1, "random seed: the same seed gives the same shape of data")
 	prefix := fs.String("prefix", "demo", "user name prefix")
-	if err := fs.Parse(args[1:]); err != nil {
-		return usageError{err}
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	if fs.NArg() > 0 || *nUsers < 2 || *nConvs < 1 || *nMsgs < 0 {
 		return usageError{errors.New(demoUsage + " (at least 2 users and 1 conversation)")}
@@ -41,7 +37,10 @@ func cmdDemo(args []string, stdout, stderr io.Writer) error {
 	}
 	defer closeDB(db)
 
-	usersSvc := newUsers(db)
+	usersSvc, err := users.New(users.Config{DB: db})
+	if err != nil {
+		return err
+	}
 	existing, err := usersSvc.List(ctx)
 	if err != nil {
 		return err

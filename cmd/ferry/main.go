@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -13,7 +12,10 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/ferry-io/ferry/config"
+	"github.com/ferry-io/ferry/erasure"
 	"github.com/ferry-io/ferry/internal/logctx"
+	"github.com/ferry-io/ferry/jobs"
+	"github.com/ferry-io/ferry/users"
 )
 
 // version is set at build time with -ldflags "-X main.version=…".
@@ -40,29 +42,32 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		args = []string{"help"}
 	}
+	switch args[0] {
+	case "-h", "-help", "--help":
+		args = []string{"help"}
+	case "--version":
+		args = []string{"version"}
+	}
+	cmd, rest, group := lookup(args)
 	var err error
 	code := -1
-	switch args[0] {
-	case "upload":
-		code, err = cmdUpload(args[1:], stdout, stderr)
-	case "download":
-		code, err = cmdDownload(args[1:], stdout, stderr)
-	case "export":
-		code, err = cmdExport(args[1:], stdout, stderr)
-	case "serve":
-		err = cmdServe(args[1:], stdout, stderr)
-	case "migrate":
-		err = cmdMigrate(args[1:], stdout, stderr)
-	case "user":
-		err = cmdUser(args[1:], stdout, stderr)
-	case "demo":
-		err = cmdDemo(args[1:], stdout, stderr)
-	case "version", "--version":
-		fmt.Fprintln(stdout, "ferry", version)
-	case "help", "-h", "--help":
-		fmt.Fprint(stdout, usage)
+	switch {
+	case cmd != nil:
+		code, err = cmd.run(rest, stdout, stderr)
+	case len(group) > 0 && len(args) == 2 && isHelpFlag(args[1]):
+		printGroup(stdout, group)
+		return exitOK
+	case len(group) > 0:
+		var b strings.Builder
+		printGroup(&b, group)
+		err = usageError{errors.New(b.String())}
 	default:
 		err = usageError{fmt.Errorf("unknown command %q (run 'ferry help')", args[0])}
+	}
+	var help helpRequested
+	if errors.As(err, &help) {
+		printUsage(stdout, *cmd, help.flags)
+		return exitOK
 	}
 	if err == nil {
 		return exitOK
@@ -80,30 +85,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return exitFailure
 }
 
-const usage = `ferry moves large files in and out of object storage.
-
-Usage:
-  ferry serve                     run the API server and background workers
-  ferry migrate                   apply database migrations and exit
-  ferry user create NAME [--admin]
-                                  create a user and print its API token
-  ferry demo seed [--users N] [--conversations N] [--messages N] [--seed S]
-                                  fill the database with synthetic chat history
-  ferry version                   print the version
-
-Client commands (server and token from --server/--token or FERRY_URL/FERRY_TOKEN):
-  ferry upload FILE...            upload files (resumes an interrupted upload of the same content)
-  ferry download URL -o FILE      download a ferry link, resuming a partial FILE
-  ferry export --scope all -o FILE
-                                  export your chat history and download it
-
-Client exit codes: 0 ok, 1 other failure (such as a local file error), 2 usage, 3 credentials or link refused,
-4 not found or gone, 5 refused or failed, 6 network or server unavailable, 130 interrupted.
-
-Configuration comes from FERRY_* environment variables (see .env.example).
-With none set, ferry keeps a SQLite database and an embedded S3 server
-under ./ferry-data.
-`
+func isHelpFlag(s string) bool { return s == "-h" || s == "-help" || s == "--help" }
 
 func oneLine(s string) string {
 	return strings.Join(strings.Fields(s), " ")
@@ -128,10 +110,12 @@ func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
 }
 
 func cmdMigrate(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	if err := fs.Parse(args); err != nil {
-		return usageError{err}
+	fs := newFlags("migrate")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usageError{errors.New("usage: ferry migrate")}
 	}
 	cfg, err := loadConfig()
 	if err != nil {
@@ -156,21 +140,18 @@ func cmdMigrate(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-func cmdUser(args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || args[0] != "create" {
-		return usageError{errors.New("usage: ferry user create NAME [--admin]")}
-	}
-	fs := flag.NewFlagSet("user create", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+// cmdUserCreate is "ferry user create".
+func cmdUserCreate(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("user create")
 	admin := fs.Bool("admin", false, "make the user an administrator")
 	// Accept the flag before or after the name.
-	rest := args[1:]
+	rest := args
 	var name string
 	if len(rest) > 0 && !strings.HasPrefix(rest[0], "-") {
 		name, rest = rest[0], rest[1:]
 	}
-	if err := fs.Parse(rest); err != nil {
-		return usageError{err}
+	if err := parseFlags(fs, rest); err != nil {
+		return err
 	}
 	if name == "" && fs.NArg() > 0 {
 		name = fs.Arg(0)
@@ -178,18 +159,72 @@ func cmdUser(args []string, stdout, stderr io.Writer) error {
 	if name == "" || fs.NArg() > 1 {
 		return usageError{errors.New("usage: ferry user create NAME [--admin]")}
 	}
+	return withUsers(stderr, func(ctx context.Context, us *users.Service) error {
+		u, token, err := us.Create(ctx, name, *admin)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "created user %s (id %s, admin %t)\ntoken (shown once): %s\n", u.Name, u.ID, u.Admin, token)
+		return nil
+	})
+}
+
+// cmdUserDelete is "ferry user delete ID": package erasure's erasure,
+// run on the database. The S3 deletions it queues run on a serving ferry
+// (at once on the next start, or at its next poll if one is running).
+func cmdUserDelete(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("user delete")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return usageError{errors.New("usage: ferry user delete ID")}
+	}
 	ctx := context.Background()
 	db, err := openMigrated(ctx, stderr)
 	if err != nil {
 		return err
 	}
 	defer closeDB(db)
-	u, token, err := newUsers(db).Create(ctx, name, *admin)
+	queue, err := jobs.NewQueue(jobs.QueueConfig{DB: db})
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "created user %s (id %s, admin %t)\ntoken (shown once): %s\n", u.Name, u.ID, u.Admin, token)
+	us, err := users.New(users.Config{DB: db})
+	if err != nil {
+		return err
+	}
+	eraser, err := erasure.New(erasure.Config{DB: db, Queue: queue, Users: us})
+	if err != nil {
+		return err
+	}
+	r, err := eraser.Erase(ctx, "", fs.Arg(0))
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "erased user %s (id %s): %d files, %d uploads, %d exports; %d objects queued for deletion from the bucket\n",
+		r.Name, r.UserID, r.Files, r.Uploads, r.Exports, r.Objects)
 	return nil
+}
+
+// cmdUserRotateToken is "ferry user rotate-token ID": a new API token for
+// the user, every old one refused from now on.
+func cmdUserRotateToken(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("user rotate-token")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return usageError{errors.New("usage: ferry user rotate-token ID")}
+	}
+	return withUsers(stderr, func(ctx context.Context, us *users.Service) error {
+		token, err := us.RotateToken(ctx, fs.Arg(0))
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "rotated the token of %s; the old ones are refused from now on\ntoken (shown once): %s\n", fs.Arg(0), token)
+		return nil
+	})
 }
 
 // openMigrated loads the configuration and opens and migrates the

@@ -7,9 +7,9 @@
 
 import { createHash } from 'node:crypto'
 import { createServer } from 'node:http'
-import { mkdtempSync, readFileSync, rmSync, mkdirSync } from 'node:fs'
+import { mkdtempSync, readFileSync, readdirSync, rmSync, mkdirSync } from 'node:fs'
 import { tmpdir } from 'node:os'
-import { dirname, join } from 'node:path'
+import { basename, dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { build } from 'esbuild'
 import { chromium } from 'playwright-core'
@@ -21,6 +21,22 @@ const MiB = 1 << 20
 
 function fail(msg) {
   throw new Error(msg)
+}
+
+// crc32c is the base64 of the big-endian CRC32C (Castagnoli) of buf, as
+// S3's x-amz-checksum-crc32c: written here, apart from the SDK's, so the
+// tests check the SDK against an independent implementation.
+const crcTable = Array.from({ length: 256 }, (_, n) => {
+  let c = n
+  for (let k = 0; k < 8; k++) c = c & 1 ? (c >>> 1) ^ 0x82f63b78 : c >>> 1
+  return c >>> 0
+})
+function crc32c(buf) {
+  let c = 0xffffffff
+  for (const b of buf) c = crcTable[(c ^ b) & 0xff] ^ (c >>> 8)
+  const out = Buffer.alloc(4)
+  out.writeUInt32BE((c ^ 0xffffffff) >>> 0)
+  return out.toString('base64')
 }
 
 async function until(what, fn, timeoutMs, everyMs = 100) {
@@ -43,8 +59,11 @@ async function api(method, path, body) {
   return { status: resp.status, body: text ? JSON.parse(text) : null }
 }
 
+let profileDir = ''
+
 async function launch({ bypassCSP = false } = {}) {
   const profile = mkdtempSync(join(tmpdir(), 'ferry-chromium-'))
+  profileDir = profile
   // A fresh profile for every run (playwright passes it as --user-data-dir).
   const context = await chromium.launchPersistentContext(profile, {
     executablePath: cfg.chromium || '/usr/bin/chromium',
@@ -64,11 +83,70 @@ async function launch({ bypassCSP = false } = {}) {
   return { context, page, close }
 }
 
-function shot(page, name) {
+// procStat reads a process's (or thread's) name, parent and CPU seconds
+// (user and system) from its /proc stat file.
+function procStat(path) {
+  const stat = readFileSync(path, 'utf8')
+  const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
+  return { name: stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')')), ppid: Number(f[1]), secs: (Number(f[11]) + Number(f[12])) / 100 }
+}
+
+// cpuTimes reads the CPU seconds used so far by ferry (which runs the
+// embedded S3 in its process) and by this run's Chromium processes, by
+// kind (the renderer split into its main thread, its Web Workers and the
+// rest), and how busy the whole machine was (other work included).
+function cpuTimes() {
+  const procs = new Map()
+  for (const pid of readdirSync('/proc')) {
+    if (!/^\d+$/.test(pid)) continue
+    try {
+      procs.set(Number(pid), { ...procStat(`/proc/${pid}/stat`), cmd: readFileSync(`/proc/${pid}/cmdline`, 'utf8') })
+    } catch { /* gone meanwhile */ }
+  }
+  const browser = [...procs].find(([, p]) => !p.cmd.includes('--type=') && p.cmd.includes(profileDir))
+  const ours = (pid) => {
+    for (let i = 0; pid > 1 && i < 50; i++, pid = procs.get(pid)?.ppid ?? 0) if (browser && pid === browser[0]) return true
+    return false
+  }
+  const out = { ferry: 0, browser: 0, renderer: 0, rendererMain: 0, workers: 0, network: 0, chromiumOther: 0 }
+  for (const [pid, p] of procs) {
+    if (pid === cfg.ferryPid) {
+      out.ferry += p.secs
+    } else if (!ours(pid)) {
+      continue
+    } else if (!p.cmd.includes('--type=')) {
+      out.browser += p.secs
+    } else if (p.cmd.includes('--type=renderer')) {
+      out.renderer += p.secs
+      for (const tid of readdirSync(`/proc/${pid}/task`)) {
+        try {
+          const t = procStat(`/proc/${pid}/task/${tid}/stat`)
+          if (tid === String(pid)) out.rendererMain += t.secs
+          else if (/Worker/.test(t.name)) out.workers += t.secs
+        } catch { /* the thread ended */ }
+      }
+    } else if (p.cmd.includes('network.mojom.NetworkService')) {
+      out.network += p.secs
+    } else {
+      out.chromiumOther += p.secs
+    }
+  }
+  const [, ...t] = readFileSync('/proc/stat', 'utf8').split('\n')[0].trim().split(/\s+/).map(Number)
+  out.machine = (t.reduce((a, b) => a + b, 0) - t[3] - t[4]) / 100
+  return out
+}
+
+function cpuSince(before) {
+  const now = cpuTimes()
+  return Object.fromEntries(Object.entries(now).map(([k, v]) => [k, Math.round((v - before[k]) * 100) / 100]))
+}
+
+async function shot(page, name, { fullPage = true } = {}) {
   mkdirSync(cfg.artifacts, { recursive: true })
   const path = join(cfg.artifacts, name)
   log('screenshot', path)
-  return page.screenshot({ path, fullPage: true })
+  if (!fullPage) await page.evaluate(() => window.scrollTo(0, 0))
+  return page.screenshot({ path, fullPage })
 }
 
 async function signIn(page) {
@@ -157,21 +235,25 @@ const scenarios = {
     await page.locator('#app').waitFor({ state: 'visible' })
     await cdp.send('Network.emulateNetworkConditions', { offline: false, latency: 0, downloadThroughput: -1, uploadThroughput: -1 })
     await page.waitForTimeout(1500) // let S3 settle the PUTs the reload cut
-    let found = await api('GET', `/uploads?sha256=${sha}&size=${data.length}`)
-    if (found.status !== 200) fail(`the upload is not resumable after the reload: ${found.status} ${JSON.stringify(found.body)}`)
+    let found = await api('GET', `/uploads/${firstRun}`)
+    if (found.status !== 200 || found.body.state !== 'uploading') fail(`the upload is not resumable after the reload: ${found.status} ${JSON.stringify(found.body)}`)
+    if (found.body.checksum_algorithm !== 'CRC32C') fail('the upload does not have S3 check CRC32Cs: ' + JSON.stringify(found.body))
+    if (found.body.sha256 !== sha) fail(`the page declared sha256 ${found.body.sha256}, the file's is ${sha}`)
     // A part S3 holds with other bytes (what a PUT cut off mid-way can
     // leave on some stores): the last part, right size, wrong content.
     let up = found.body
     const damaged = up.part_count
-    const signed = await api('POST', `/uploads/${up.upload_id}/presign`, { part_numbers: [damaged] })
-    const bad = await fetch(signed.body.urls[damaged].url, { method: 'PUT', body: Buffer.alloc(data.length - (damaged - 1) * up.part_size, 7) })
+    const body = Buffer.alloc(data.length - (damaged - 1) * up.part_size, 7)
+    const signed = await api('POST', `/uploads/${up.upload_id}/presign`, { part_numbers: [damaged], checksum_crc32c: { [damaged]: crc32c(body) } })
+    const u = signed.body.urls[damaged]
+    const bad = await fetch(u.url, { method: 'PUT', headers: u.headers, body })
     if (bad.status !== 200) fail('PUT of the damaged part: ' + bad.status)
-    found = await api('GET', `/uploads?sha256=${sha}&size=${data.length}`)
+    found = await api('GET', `/uploads/${firstRun}`)
     up = found.body
     const intact = []
     for (const p of up.parts) {
       const part = data.subarray((p.part_number - 1) * up.part_size, Math.min(p.part_number * up.part_size, data.length))
-      if (p.size === part.length && p.etag.replaceAll('"', '') === createHash('md5').update(part).digest('hex')) intact.push(p.part_number)
+      if (p.size === part.length && p.checksum_crc32c === crc32c(part)) intact.push(p.part_number)
     }
     log(`after the reload S3 holds ${up.parts.length} of ${up.part_count} parts, ${intact.length} intact`)
     const puts = countPuts(page)
@@ -231,6 +313,166 @@ const scenarios = {
     }
   },
 
+  // A part damaged on its way to S3 (one bit flipped in the PUT's body,
+  // as a bad link or proxy might) is refused by S3, whose signed CRC32C
+  // does not match, and the SDK reads the part again and sends it.
+  async 'ui-corrupt'({ page }) {
+    await signIn(page)
+    const data = readFileSync(cfg.file)
+    const answers = {}
+    page.on('response', async (r) => {
+      const req = r.request()
+      if (req.method() !== 'PUT' || !r.url().startsWith(cfg.s3)) return
+      const n = new URL(r.url()).searchParams.get('partNumber')
+      const code = r.status() === 200 ? '' : (/<Code>([^<]+)<\/Code>/.exec(await r.text().catch(() => '')) || [])[1] || '?'
+      ;(answers[n] = answers[n] || []).push({ status: r.status(), code, crc32c: (await req.allHeaders())['x-amz-checksum-crc32c'] || '' })
+    })
+    let damaged = 0
+    await page.route((u) => u.href.startsWith(cfg.s3), async (route) => {
+      const req = route.request()
+      const n = Number(new URL(req.url()).searchParams.get('partNumber'))
+      if (req.method() === 'PUT' && n === cfg.damage && damaged++ === 0) {
+        const part = Buffer.from(data.subarray((n - 1) * 8 * MiB, Math.min(n * 8 * MiB, data.length)))
+        part[12345] ^= 1
+        return route.continue({ postData: part })
+      }
+      return route.continue()
+    })
+    await page.locator('#file-input').setInputFiles(cfg.file)
+    const row = await uploadRow(page)
+    await waitFinal(row, 240000)
+    const local = {}
+    for (let n = 1; n <= Math.ceil(data.length / (8 * MiB)); n++) local[n] = crc32c(data.subarray((n - 1) * 8 * MiB, Math.min(n * 8 * MiB, data.length)))
+    return { uploadId: await row.getAttribute('data-upload-id'), answers, local }
+  },
+
+  // A store without checksums, as ferry would find at start-up: the
+  // upload's POST /uploads loses its checksum_algorithm on the way, so
+  // ferry does not grant CRC32C, and the SDK pins each part's Content-MD5
+  // instead (some parts were streamed before it knew, and are read again
+  // for their MD5).
+  async 'ui-md5'({ page }) {
+    await signIn(page)
+    await page.route((u) => u.href === cfg.url + '/uploads', async (route) => {
+      const req = route.request()
+      if (req.method() !== 'POST') return route.continue()
+      const body = JSON.parse(req.postData())
+      delete body.checksum_algorithm
+      return route.continue({ postData: JSON.stringify(body) })
+    })
+    const presigns = []
+    const puts = []
+    page.on('request', async (r) => {
+      const url = new URL(r.url())
+      if (r.method() === 'POST' && /\/uploads\/[^/]+\/presign$/.test(url.pathname)) presigns.push(JSON.parse(r.postData()))
+      if (r.method() === 'PUT' && r.url().startsWith(cfg.s3)) {
+        const h = await r.allHeaders()
+        puts.push({ part: Number(url.searchParams.get('partNumber')), md5: h['content-md5'] || '', crc32c: h['x-amz-checksum-crc32c'] || '' })
+      }
+    })
+    await page.locator('#file-input').setInputFiles(cfg.file)
+    const row = await uploadRow(page)
+    await waitFinal(row, 240000)
+    const data = readFileSync(cfg.file)
+    const local = {}
+    for (let n = 1; (n - 1) * 8 * MiB < data.length; n++) local[n] = createHash('md5').update(data.subarray((n - 1) * 8 * MiB, n * 8 * MiB)).digest('base64')
+    return { uploadId: await row.getAttribute('data-upload-id'), presigns, puts, local }
+  },
+
+  // Hashing alongside the PUTs: content the user already has, and content
+  // someone else holds, sent on a slow link. Once the SHA-256 is known the
+  // SDK declares it; ferry answers with the file at once (after a proof,
+  // for someone else's), and the running upload is abandoned with most of
+  // its parts never sent.
+  async 'ui-declare'({ page }) {
+    await signIn(page)
+    const puts = countPuts(page)
+    const calls = []
+    page.on('request', (r) => {
+      const path = new URL(r.url()).pathname
+      if (!r.url().startsWith(cfg.url)) return
+      if ((r.method() === 'POST' && /^\/uploads\/[^/]+\/sha256$/.test(path)) || (r.method() === 'POST' && path.startsWith('/uploads/proofs/')) ||
+        (r.method() === 'DELETE' && path.startsWith('/uploads/'))) calls.push(r.method() + ' ' + path)
+    })
+    await throttle(page, 8 * MiB)
+    const out = {}
+    for (const [name, file] of Object.entries(cfg.files)) {
+      const before = puts.length
+      const first = calls.length
+      await page.locator('#file-input').setInputFiles(file)
+      const row = page.locator(`#uploads li[data-upload="${basename(file)}"]`)
+      await row.waitFor()
+      await waitFinal(row, 120000)
+      out[name] = {
+        instant: await row.getAttribute('data-instant'), uploadId: await row.getAttribute('data-upload-id'),
+        puts: puts.length - before, calls: calls.slice(first),
+      }
+    }
+    return out
+  },
+
+  // The benchmark: the same 256 MiB sent from the same page as bare part
+  // PUTs (no hashing: presigned up front, 8 MiB parts, 4 at once, like the
+  // SDK), once without checksums and once with each part's CRC32C
+  // (computed here beforehand) for S3 to check, and through the UI
+  // (hashing in the worker, CRC32C-checked parts, complete, S3's check of
+  // the whole file, success). Runs alternate; every UI run has a file of
+  // its own, since a second upload of the same content would be instant.
+  // cfg.uplink (MiB/s), when set, limits the page's upload rate, as a real
+  // link would.
+  async bench({ page }) {
+    await signIn(page)
+    if (cfg.uplink) await throttle(page, cfg.uplink * MiB)
+    const rawData = readFileSync(cfg.raw)
+    const crcs = {}
+    for (let n = 1; (n - 1) * 8 * MiB < rawData.length; n++) crcs[n] = crc32c(rawData.subarray((n - 1) * 8 * MiB, n * 8 * MiB))
+    await page.evaluate(() => {
+      document.body.append(Object.assign(document.createElement('input'), { type: 'file', id: 'raw' }))
+      performance.setResourceTimingBufferSize(10000)
+      // The UI's row states, with the page's clock.
+      window.benchStates = []
+      new MutationObserver((ms) => {
+        for (const m of ms) if (m.attributeName === 'data-state') window.benchStates.push([m.target.dataset.state, performance.now()])
+      }).observe(document.getElementById('uploads'), { subtree: true, attributes: true, attributeFilter: ['data-state'] })
+      document.getElementById('file-input').addEventListener('change', () => { window.benchStart = performance.now() }, { capture: true })
+    })
+    const runs = []
+    for (let i = 0; i < cfg.ui.length; i++) {
+      await page.locator('#raw').setInputFiles(cfg.raw)
+      let cpu = cpuTimes()
+      const raw = await page.evaluate(rawPuts, { concurrency: 4, partSize: 8 * MiB })
+      const rawCPU = cpuSince(cpu)
+      cpu = cpuTimes()
+      const rawCRC = await page.evaluate(rawPuts, { concurrency: 4, partSize: 8 * MiB, crcs })
+      const rawCRCCPU = cpuSince(cpu)
+      await page.evaluate(() => { performance.clearResourceTimings(); window.benchStates = [] })
+      cpu = cpuTimes()
+      await page.locator('#file-input').setInputFiles(cfg.ui[i])
+      const row = page.locator(`#uploads li[data-upload="${basename(cfg.ui[i])}"]`)
+      await row.waitFor()
+      await waitFinal(row, 240000)
+      const uiCPU = cpuSince(cpu)
+      const ui = await page.evaluate((s3) => {
+        const t0 = window.benchStart
+        const at = (state) => { const s = window.benchStates.find(([st]) => st === state); return s ? s[1] - t0 : null }
+        const res = performance.getEntriesByType('resource')
+        const puts = res.filter((r) => r.name.startsWith(s3) && r.name.includes('partNumber='))
+        const api = (re) => res.filter((r) => re.test(new URL(r.name).pathname))
+        const first = (list, f) => (list.length ? Math.min(...list.map(f)) - t0 : null)
+        const last = (list, f) => (list.length ? Math.max(...list.map(f)) - t0 : null)
+        return {
+          total: at('success'), init: last(api(/^\/uploads$/), (r) => r.responseEnd), firstPut: first(puts, (r) => r.startTime),
+          declared: first(api(/\/sha256$/), (r) => r.startTime), lastPut: last(puts, (r) => r.responseEnd),
+          completeSent: first(api(/\/complete$/), (r) => r.startTime), completed: last(api(/\/complete$/), (r) => r.responseEnd),
+          puts: puts.length, presigns: api(/\/presign$/).length,
+        }
+      }, cfg.s3)
+      runs.push({ raw, rawCRC, ui, rawCPU, rawCRCCPU, uiCPU })
+      log(`run ${i + 1}: bare PUTs ${raw.toFixed(0)} ms, UI ${ui.total.toFixed(0)} ms`, JSON.stringify({ ui, rawCPU, uiCPU }))
+    }
+    return { runs }
+  },
+
   // Done-when 3 and 6: a double click on "Create export" makes one job;
   // the exports page is photographed once it is done.
   async 'ui-export'({ page }) {
@@ -264,39 +506,547 @@ const scenarios = {
   // ferry, running in a page of ferry's own origin (ferry's UI page, with
   // the test's script added) and signed in with the session cookie.
   async uppy6({ page }) {
-    await page.goto(cfg.url + '/')
-    const r = await page.evaluate(async (token) => (await fetch('/session', {
-      method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ token }),
-    })).status, cfg.token)
-    if (r !== 200) fail('sign-in from the page answered ' + r)
-    await page.evaluate(() => document.body.append(Object.assign(document.createElement('input'), { type: 'file', id: 'f' })))
-    await page.addScriptTag({ content: await bundle(join(here, 'uppy6-entry.js')) })
+    await uppy6Page(page)
     return runUppy(page, { companionEndpoint: cfg.url })
+  },
+
+  // Issue 11, item 6: Uppy 6 on ferry's page uploads a small file through
+  // a POST policy (GET /s3/params, same-origin); then a link on a page of
+  // another site (localhost is not 127.0.0.1's site) sends the signed-in
+  // browser to /s3/params, carrying the SameSite=Lax cookie, and ferry
+  // refuses it.
+  async 'uppy6-params'({ page }) {
+    await uppy6Page(page)
+    const uppy = await runUppy(page, { companionEndpoint: cfg.url })
+    const target = cfg.url + '/s3/params?filename=planted.txt&type=text%2Fplain'
+    const srv = createServer((req, res) => {
+      res.setHeader('Content-Type', 'text/html; charset=utf-8')
+      res.end(`<!doctype html><meta charset="utf-8"><title>elsewhere</title><a id="go" href="${target}">win a prize</a>`)
+    })
+    const { port } = new URL(cfg.crossSite)
+    await new Promise((resolve) => srv.listen(Number(port), '127.0.0.1', resolve))
+    try {
+      await page.goto(cfg.crossSite + '/')
+      const [resp] = await Promise.all([
+        page.waitForResponse((r) => r.url().startsWith(cfg.url + '/s3/params'), { timeout: 30000 }),
+        page.click('#go'),
+      ])
+      const req = resp.request()
+      return {
+        uppy,
+        crossSite: {
+          status: resp.status(), body: await resp.text(),
+          secFetchSite: (await req.allHeaders())['sec-fetch-site'] || '',
+          sentCookie: /ferry_session=/.test((await req.allHeaders()).cookie || ''),
+        },
+      }
+    } finally {
+      srv.close()
+    }
   },
 
   // Done-when 5: @uppy/aws-s3 5.1.0 in endpoint mode with an
   // Authorization header, from a page of another origin that ferry allows
   // (served here by a small local server).
   async uppy5({ page }) {
-    const js = await bundle(join(here, 'uppy5', 'uppy5-entry.js'))
+    return onOrigin(page, join(here, 'uppy5', 'uppy5-entry.js'),
+      () => runUppy(page, { endpoint: cfg.url, headers: { authorization: 'Bearer ' + cfg.token } }))
+  },
+
+  // Issue 20, item 1: the server stops answering mid-upload (connections
+  // refused, as from a stopped server). The card says the connection is
+  // lost and counts down to the next try; once the SDK gives up (its
+  // budget is run through on the page's fake clock) it says the upload
+  // stopped and offers Retry and Dismiss; with the server back, Retry
+  // resumes in the same card, sending only the parts S3 lacks.
+  async 'ui-connection-lost'({ page }) {
+    await page.clock.install()
+    await signIn(page)
+    const puts = countPuts(page)
+    const cdp = await throttle(page, 4 * MiB)
+    await page.locator('#file-input').setInputFiles(cfg.file)
+    const row = await uploadRow(page)
+    await until('some parts to reach S3', async () =>
+      (await row.getAttribute('data-state')) === 'uploading' && Number(await row.getAttribute('data-parts')) >= 2, 120000, 20)
+    const firstRun = await row.getAttribute('data-upload-id')
+    const down = (u) => u.href.startsWith(cfg.url) || u.href.startsWith(cfg.s3)
+    await page.route(down, (route) => route.abort('connectionrefused'))
+    const note = row.locator('.note')
+    const lost = await until('the connection-lost note', async () => {
+      const t = await note.isVisible() ? await note.innerText() : ''
+      return /Connection lost — retrying in \d+ s/.test(t) && t
+    }, 60000, 50)
+    const stateWhileLost = await row.locator('.state').innerText()
+    await shot(page, 'ui-connection-lost.png')
+    for (let i = 0; i < 60 && (await row.getAttribute('data-state')) !== 'error'; i++) {
+      await page.clock.fastForward(5000)
+      await page.waitForTimeout(50)
+    }
+    const stopped = await row.locator('p.error').innerText()
+    const buttons = []
+    for (const b of await row.locator('button').all()) if (await b.isVisible()) buttons.push(await b.innerText())
+    await shot(page, 'ui-connection-stopped.png')
+    const partsBefore = (await api('GET', `/uploads/${firstRun}`)).body
+    await page.unroute(down)
+    await cdp.send('Network.emulateNetworkConditions', { offline: false, latency: 0, downloadThroughput: -1, uploadThroughput: -1 })
+    const before = puts.length
+    await row.getByRole('button', { name: 'Retry' }).click()
+    await waitFinal(row, 240000)
+    return {
+      lost, stateWhileLost, stopped, buttons, firstRun, uploadId: await row.getAttribute('data-upload-id'),
+      cards: await page.locator('#uploads li').count(), partCount: partsBefore.part_count,
+      listedBefore: partsBefore.parts.length, putsAfterRetry: puts.slice(before),
+    }
+  },
+
+  // Issue 20, items 1 and 2: a file dropped outside the drop zone uploads
+  // (the page stays); Cancel asks first; a reload and a sign-out while an
+  // upload runs ask first; Stop upload cancels, with Retry and Dismiss.
+  async 'ui-guards'({ page }) {
+    await signIn(page)
+    await throttle(page, 2 * MiB)
+    const dialogs = []
+    page.on('dialog', async (d) => { dialogs.push({ type: d.type(), message: d.message() }); await d.dismiss() })
+    const start = page.url()
+    const dt = await page.evaluateHandle(() => {
+      const d = new DataTransfer()
+      const bytes = new Uint8Array(24 << 20)
+      crypto.getRandomValues(bytes.subarray(0, 65536))
+      d.items.add(new File([bytes], 'dropped.bin', { type: 'application/octet-stream' }))
+      return d
+    })
+    for (const type of ['dragenter', 'dragover', 'drop']) await page.dispatchEvent('header h1', type, { dataTransfer: dt })
+    const row = page.locator('#uploads li[data-upload="dropped.bin"]')
+    await row.waitFor()
+    await until('the dropped file to upload', async () => (await row.getAttribute('data-state')) === 'uploading', 60000, 50)
+    const out = { stayed: page.url() === start }
+
+    await row.getByRole('button', { name: 'Cancel' }).click()
+    out.confirmShown = await row.locator('.confirm').isVisible()
+    out.focusAfterCancel = await page.evaluate(() => document.activeElement.textContent)
+    await row.getByRole('button', { name: 'Keep uploading' }).click()
+    out.afterKeep = await row.getAttribute('data-state')
+
+    // A reload while the upload runs: the browser asks (beforeunload),
+    // and staying keeps the upload.
+    await page.evaluate(() => setTimeout(() => location.reload(), 0))
+    await until('the beforeunload dialog', async () => dialogs.length >= 1, 10000, 50)
+    await page.waitForTimeout(300)
+    out.afterReload = { state: await row.getAttribute('data-state'), cards: await page.locator('#uploads li').count() }
+
+    // Signing out while it runs asks too; declining keeps the session.
+    await page.locator('#sign-out').click()
+    await until('the sign-out question', async () => dialogs.length >= 2, 10000, 50)
+    await page.waitForTimeout(300)
+    out.afterSignOut = { signedIn: await page.locator('#app').isVisible(), state: await row.getAttribute('data-state') }
+
+    await row.getByRole('button', { name: 'Cancel' }).click()
+    await row.getByRole('button', { name: 'Stop upload' }).click()
+    await until('the cancel', async () => (await row.getAttribute('data-state')) === 'cancelled', 10000, 50)
+    out.cancelled = []
+    for (const b of await row.locator('button').all()) if (await b.isVisible()) out.cancelled.push(await b.innerText())
+    await shot(page, 'ui-cancelled.png')
+    await row.getByRole('button', { name: 'Dismiss' }).click()
+    out.afterDismiss = { cards: await page.locator('#uploads li').count(), focus: await page.evaluate(() => document.activeElement.id || document.activeElement.tagName) }
+    out.dialogs = dialogs
+    return out
+  },
+
+  // Issue 20, items 3, 4, 10 and 12: every screen at desktop width, at a
+  // phone's 375 px and at 200 % zoom (a 1280 px window zoomed to 200 %
+  // lays out as 640 CSS px), checked for sideways scrolling and by axe-core;
+  // an upload's announcements counted in the status region against its
+  // progress bar's changes; the files list paged past 100.
+  async 'ui-a11y'({ page }) {
+    const axePath = join(here, 'node_modules', 'axe-core', 'axe.min.js')
+    const audit = async (screen) => {
+      if (!await page.evaluate(() => typeof window.axe !== 'undefined')) await page.addScriptTag({ path: axePath })
+      const r = await page.evaluate(async () => {
+        const res = await window.axe.run(document)
+        return {
+          passes: res.passes.map((x) => x.id),
+          violations: res.violations.map((x) => ({ id: x.id, impact: x.impact, help: x.help, targets: x.nodes.slice(0, 3).map((n) => n.target.join(' ')) })),
+        }
+      })
+      log('axe on', screen, JSON.stringify(r.violations), r.passes.length, 'rules passed')
+      return { screen, ...r }
+    }
+    const overflow = () => page.evaluate(() => document.documentElement.scrollWidth - document.documentElement.clientWidth)
+    const widths = [{ name: 'phone', width: 375, height: 812 }, { name: 'zoom200', width: 640, height: 400 }]
+    const desktop = { width: 1100, height: 760 }
+    const out = { audits: [], reflow: [] }
+    const reflow = async (screen, shotName) => {
+      for (const w of widths) {
+        await page.setViewportSize({ width: w.width, height: w.height })
+        await page.waitForTimeout(100)
+        out.reflow.push({ screen, viewport: w.name, overflow: await overflow() })
+        if (w.name === 'phone' && shotName) await shot(page, shotName, { fullPage: false })
+      }
+      await page.setViewportSize(desktop)
+    }
+
+    await page.goto(cfg.url + '/')
+    await page.locator('#token').waitFor()
+    out.audits.push(await audit('sign-in'))
+    await shot(page, 'ui-signin.png', { fullPage: false })
+    await reflow('sign-in', 'ui-signin-phone.png')
+    await page.locator('#token').fill(cfg.token)
+    await page.keyboard.press('Enter')
+    await page.locator('#app').waitFor({ state: 'visible' })
+    out.focusAfterSignIn = await page.evaluate(() => document.activeElement.id)
+
+    // One upload: what the status region says, against how often the
+    // progress bar changed.
+    await page.evaluate(() => {
+      window.said = []
+      window.ticks = 0
+      const status = document.getElementById('status')
+      new MutationObserver(() => window.said.push(status.textContent)).observe(status, { childList: true, characterData: true, subtree: true })
+      new MutationObserver((ms) => { window.ticks += ms.filter((m) => m.attributeName === 'aria-valuenow').length })
+        .observe(document.getElementById('uploads'), { attributes: true, subtree: true, attributeFilter: ['aria-valuenow'] })
+    })
+    const cdp = await throttle(page, 6 * MiB)
+    await page.locator('#file-input').setInputFiles(cfg.file)
+    const row = await uploadRow(page)
+    await until('the upload to be under way', async () => (await row.getAttribute('data-state')) === 'uploading' &&
+      Number(await row.getAttribute('data-bytes')) > 6 * MiB, 60000, 50)
+    await page.waitForTimeout(600) // a rate and a time left to show
+    await shot(page, 'ui-upload-progress.png', { fullPage: false })
+    await reflow('upload (in progress)', 'ui-upload-phone.png')
+    await waitFinal(row, 240000)
+    await cdp.send('Network.emulateNetworkConditions', { offline: false, latency: 0, downloadThroughput: -1, uploadThroughput: -1 })
+    out.live = await page.evaluate(() => {
+      const lists = []
+      for (let n = document.getElementById('uploads'); n; n = n.parentElement) if (n.getAttribute('aria-live') || ['status', 'log', 'alert'].includes(n.getAttribute('role'))) lists.push(n.id || n.tagName)
+      const bar = document.querySelector('#uploads [role=progressbar]')
+      return { said: window.said, ticks: window.ticks, liveAncestors: lists, valueNow: bar.getAttribute('aria-valuenow'), valueText: bar.getAttribute('aria-valuetext') }
+    })
+    await row.locator('a.download').waitFor({ timeout: 10000 })
+    out.doneLink = await row.locator('a.download').getAttribute('href')
+    out.audits.push(await audit('upload'))
+    await shot(page, 'ui-upload.png', { fullPage: false })
+
+    await page.locator('#tab-files').click()
+    await page.locator('#files-body tr').first().waitFor()
+    out.files = { firstPage: await page.locator('#files-body tr').count(), more: await page.locator('#files-more').isVisible() }
+    await page.locator('#files-more').click()
+    await until('the second page', async () => (await page.locator('#files-body tr').count()) > out.files.firstPage, 10000, 50)
+    out.files.all = await page.locator('#files-body tr').count()
+    out.files.moreAfter = await page.locator('#files-more').isVisible()
+    out.audits.push(await audit('files'))
+    await shot(page, 'ui-files.png', { fullPage: false })
+    await reflow('files', 'ui-files-phone.png')
+
+    await page.locator('#tab-exports').click()
+    await until('the exports to finish', async () => (await page.locator('#exports-body tr[data-state=done]').count()) >= cfg.exports, 60000, 100)
+    out.audits.push(await audit('exports'))
+    await shot(page, 'ui-exports.png', { fullPage: false })
+    await reflow('exports', 'ui-exports-phone.png')
+    await page.locator('#tab-upload').focus()
+    await page.keyboard.press('End')
+    out.endKey = await page.evaluate(() => document.activeElement.id)
+    return out
+  },
+
+  // Issue 20, items 5 and 7: a pause keeps the bytes S3 has on the bar,
+  // and says what will be sent again; after a reload the page remembers
+  // the unfinished upload (IndexedDB: name, size, upload id) and says how
+  // much is already uploaded; choosing the file continues it, and once it
+  // is done it is forgotten.
+  async 'ui-remembered'({ page }) {
+    await signIn(page)
+    const cdp = await throttle(page, 6 * MiB)
+    await page.locator('#file-input').setInputFiles(cfg.file)
+    let row = await uploadRow(page)
+    await until('a third of the file in S3', async () => (await row.getAttribute('data-state')) === 'uploading' &&
+      Number(await row.getAttribute('data-parts')) * 8 * MiB >= cfg.size / 3, 120000, 20)
+    const out = {}
+    await row.getByRole('button', { name: 'Pause' }).click()
+    await until('the pause', async () => (await row.getAttribute('data-state')) === 'paused', 5000, 20)
+    await page.waitForTimeout(300)
+    out.paused = {
+      parts: Number(await row.getAttribute('data-parts')), valueNow: Number(await row.locator('[role=progressbar]').getAttribute('aria-valuenow')),
+      text: await row.locator('.stats').innerText(),
+    }
+    // The lowest the bar goes from Resume until the next part lands.
+    await row.locator('[role=progressbar]').evaluate((bar) => {
+      window.lowest = Number(bar.getAttribute('aria-valuenow'))
+      new MutationObserver(() => { window.lowest = Math.min(window.lowest, Number(bar.getAttribute('aria-valuenow'))) })
+        .observe(bar, { attributes: true, attributeFilter: ['aria-valuenow'] })
+    })
+    await row.getByRole('button', { name: 'Resume' }).click()
+    await until('another part', async () => Number(await row.getAttribute('data-parts')) > out.paused.parts, 60000, 20)
+    out.resumed = { valueNow: await page.evaluate(() => window.lowest) }
+    const uploadId = await row.getAttribute('data-upload-id')
+    await page.reload()
+    await page.locator('#app').waitFor({ state: 'visible' })
+    await cdp.send('Network.emulateNetworkConditions', { offline: false, latency: 0, downloadThroughput: -1, uploadThroughput: -1 })
+    const note = page.locator('#uploads li.remembered')
+    await note.waitFor({ timeout: 15000 })
+    out.note = { text: await note.innerText(), id: await note.getAttribute('data-remembered') }
+    await shot(page, 'ui-remembered.png')
+    await page.locator('#file-input').setInputFiles(cfg.file)
+    out.notesAfterChoosing = await page.locator('#uploads li.remembered').count()
+    row = await uploadRow(page)
+    await waitFinal(row, 240000)
+    out.uploadId = uploadId
+    out.resumedId = await row.getAttribute('data-upload-id')
+    await page.reload()
+    await page.locator('#app').waitFor({ state: 'visible' })
+    await page.waitForTimeout(1500)
+    out.notesAfterDone = await page.locator('#uploads li.remembered').count()
+    return out
+  },
+
+  // Issue 20, items 8 and 9: a file over FERRY_MAX_UPLOAD_SIZE, and an
+  // empty one, are refused in words before any read or request; an ended
+  // session (the account deactivated) brings the sign-in form back.
+  async 'ui-limits'({ page }) {
+    await signIn(page)
+    const calls = []
+    page.on('request', (r) => { if (r.url().startsWith(cfg.url + '/uploads')) calls.push(r.method() + ' ' + new URL(r.url()).pathname) })
+    await page.locator('#file-input').setInputFiles(cfg.file)
+    await page.locator('#file-input').setInputFiles({ name: 'empty.txt', mimeType: 'text/plain', buffer: Buffer.alloc(0) })
+    const out = { cards: [] }
+    await page.waitForTimeout(500)
+    for (const li of await page.locator('#uploads li').all()) {
+      out.cards.push({ name: await li.getAttribute('data-upload'), state: await li.getAttribute('data-state'), text: await li.locator('p.error').innerText() })
+    }
+    out.status = await page.locator('#status').textContent()
+    out.calls = calls
+    await shot(page, 'ui-limits.png')
+    const r = await fetch(cfg.url + '/admin/users/' + cfg.userId + '/deactivate', { method: 'POST', headers: { Authorization: 'Bearer ' + cfg.admin } })
+    if (r.status !== 200) fail('deactivate: ' + r.status)
+    await page.locator('#tab-files').click()
+    await page.locator('#signin').waitFor({ state: 'visible', timeout: 10000 })
+    out.ended = {
+      who: await page.locator('#who').isVisible(), app: await page.locator('#app').isVisible(),
+      message: await page.locator('#signin-error').innerText(), focus: await page.evaluate(() => document.activeElement.id),
+    }
+    return out
+  },
+
+  // Issue 20, item 6: ferry unreachable when the upload is opened (after
+  // the first part is hashed) and again at complete: both are retried, the
+  // card says so, and the upload ends done, never a red 100 %.
+  async 'ui-complete-retry'({ page }) {
+    await signIn(page)
+    const refused = { open: 0, complete: 0 }
+    await page.route((u) => u.href === cfg.url + '/uploads' || /\/uploads\/[^/]+\/complete$/.test(u.pathname), async (route) => {
+      const req = route.request()
+      if (req.method() !== 'POST') return route.continue()
+      const kind = req.url().endsWith('/complete') ? 'complete' : 'open'
+      if (refused[kind] < 2) {
+        refused[kind]++
+        return route.abort('connectionrefused')
+      }
+      return route.continue()
+    })
+    const notes = []
+    await page.exposeFunction('sawNote', (t) => notes.push(t))
+    await page.evaluate(() => new MutationObserver(() => {
+      for (const n of document.querySelectorAll('#uploads .note')) if (!n.hidden) window.sawNote(n.textContent)
+    }).observe(document.getElementById('uploads'), { subtree: true, childList: true, characterData: true, attributes: true }))
+    await page.locator('#file-input').setInputFiles(cfg.file)
+    const row = await uploadRow(page)
+    await waitFinal(row, 120000)
+    return { refused, notes: [...new Set(notes)], uploadId: await row.getAttribute('data-upload-id'), error: await row.locator('p.error').isVisible() }
+  },
+
+  // Issue 20, items 10 and 16: two files chosen together read as one job
+  // on the overall line while both run, and it goes once they are done;
+  // the same bytes uploaded again (instant) are marked as such in Files.
+  async 'ui-several'({ page }) {
+    await signIn(page)
+    await throttle(page, 6 * MiB)
+    await page.locator('#file-input').setInputFiles(cfg.files)
+    const overall = page.locator('#overall')
+    await until('the overall line', async () => overall.isVisible(), 30000, 50)
+    const out = { overall: await overall.innerText() }
+    await until('the overall line to count bytes', async () => !/: 0 B of/.test(await overall.innerText()), 60000, 100)
+    out.overallLater = await overall.innerText()
+    for (const f of cfg.files) await waitFinal(page.locator(`#uploads li[data-upload="${basename(f)}"]`), 120000)
+    out.overallAfter = await overall.isVisible()
+    await page.locator('#file-input').setInputFiles(cfg.files[0])
+    await until('the instant re-upload', async () => (await page.locator(`#uploads li[data-upload="${basename(cfg.files[0])}"]`).count()) === 2, 30000, 50)
+    await waitFinal(page.locator(`#uploads li[data-upload="${basename(cfg.files[0])}"]`).last(), 60000)
+    await page.locator('#tab-files').click()
+    await until('three files listed', async () => (await page.locator('#files-body tr').count()) === 3, 30000, 100)
+    out.rows = await page.locator('#files-body td.name').allInnerTexts()
+    return out
+  },
+
+  // Issue 20, items 10 and 11: a file's link copied and the file deleted
+  // from the list; an export of one conversation picked by its title,
+  // shown by its title with a capitalised state.
+  async 'ui-files-exports'({ page }) {
+    await page.context().grantPermissions(['clipboard-read', 'clipboard-write'], { origin: cfg.url })
+    await signIn(page)
+    page.on('dialog', (d) => d.accept())
+    await page.locator('#tab-files').click()
+    await page.locator('#files-body tr').first().waitFor()
+    const out = { before: await page.locator('#files-body tr').count() }
+    const first = page.locator('#files-body tr').first()
+    await first.getByRole('button', { name: 'Copy link' }).click()
+    out.copied = await page.evaluate(() => navigator.clipboard.readText())
+    out.firstLink = await first.locator('a').getAttribute('href')
+    out.deletedName = await first.locator('a').innerText()
+    await first.getByRole('button', { name: 'Delete' }).click()
+    await until('the row to go', async () => (await page.locator('#files-body tr').count()) === out.before - 1, 10000, 50)
+    out.listed = (await api('GET', '/files')).body.files.map((f) => f.name)
+    await page.locator('#tab-exports').click()
+    await page.locator('#export-scope').selectOption('conv')
+    out.options = await page.locator('#export-conv option').allInnerTexts()
+    await page.locator('#export-conv').selectOption({ label: 'team' })
+    await page.locator('#export-create').click()
+    const row = page.locator('#exports-body tr').first()
+    await until('the export to finish', async () => (await row.getAttribute('data-state')) === 'done', 60000, 100)
+    out.export = await row.innerText()
+    return out
+  },
+
+  // Issue 17, item 1: ferry's JS SDK on a host app's page of another
+  // origin (localhost vs 127.0.0.1, other ports): imported from ferry, its
+  // hashing worker started from a Blob URL, uploading with a token (then
+  // downloading the file) and with a ticket.
+  async 'sdk-cross-origin'({ page }) {
     const { hostname, port } = new URL(cfg.origin)
+    const assets = []
+    page.on('request', (r) => {
+      if (r.url().startsWith(cfg.url + '/assets/')) assets.push({ url: r.url().slice(cfg.url.length), origin: r.headers().origin || '' })
+    })
     const srv = createServer((req, res) => {
       res.setHeader('Content-Type', 'text/html; charset=utf-8')
-      res.end('<!doctype html><meta charset="utf-8"><title>uppy 5</title><input type="file" id="f"><script>' + js.replaceAll('</script', '<\\/script') + '</script>')
+      res.end('<!doctype html><meta charset="utf-8"><title>host app</title><input type="file" id="f">')
     })
-    await new Promise((resolve) => srv.listen(Number(port), hostname, resolve))
+    await new Promise((resolve) => srv.listen(Number(port), hostname === 'localhost' ? '127.0.0.1' : hostname, resolve))
     try {
       await page.goto(cfg.origin + '/')
-      return await runUppy(page, { endpoint: cfg.url, headers: { authorization: 'Bearer ' + cfg.token } })
+      const out = {}
+      for (const [name, cred] of [['token', { token: cfg.token }], ['ticket', { ticket: cfg.ticket }]]) {
+        await page.locator('#f').setInputFiles(cfg.files[name])
+        out[name] = await page.evaluate(sdkPage, { baseURL: cfg.url, ...cred })
+        log('sdk', name, JSON.stringify(out[name]))
+      }
+      out.pageOrigin = await page.evaluate(() => location.origin)
+      out.assets = assets
+      return out
     } finally {
       srv.close()
     }
   },
+
+  // Issue 14: unmodified Uppy 6 on a page of another origin that ferry
+  // allows, with an upload ticket in its companionEndpoint's path, since
+  // Uppy 6 sends no headers there.
+  async 'uppy6-ticket'({ page }) {
+    return onOrigin(page, join(here, 'uppy6-entry.js'),
+      () => runUppy(page, { companionEndpoint: cfg.url + '/tickets/' + cfg.ticket }))
+  },
+}
+
+// sdkPage runs in a host app's page on another origin: it imports ferry's
+// SDK from ferry (a cross-origin module), uploads the chosen file with a
+// bearer token or a ticket, and, with a token, downloads the file through
+// ferry's proxy and hashes what came back.
+async function sdkPage({ baseURL, token, ticket }) {
+  const { Ferry } = await import(baseURL + '/assets/ferry.js')
+  const file = document.getElementById('f').files[0]
+  const ferry = new Ferry(ticket ? { baseURL, ticket } : { baseURL, token })
+  const up = ferry.upload(file)
+  const states = []
+  up.addEventListener('state', (e) => states.push(e.detail.state))
+  const res = await up.start()
+  const out = { states, result: res, crc32c: up.crc32c, sha256: up.sha256, workerURL: String(ferry.hasher().url) }
+  if (ticket) {
+    try { await ferry.me(); out.me = 'allowed' } catch (err) { out.me = err.status + ' ' + err.code }
+    return out
+  }
+  const f = await ferry.api('GET', '/files/' + encodeURIComponent(res.file_id))
+  const resp = await fetch(f.download_url)
+  const body = await resp.arrayBuffer()
+  out.download = {
+    status: resp.status, bytes: body.byteLength, etag: resp.headers.get('ETag'),
+    sha256: Array.from(new Uint8Array(await crypto.subtle.digest('SHA-256', body)), (b) => b.toString(16).padStart(2, '0')).join(''),
+  }
+  // Credentials (cookies) are never allowed cross-origin: the browser
+  // withholds any answer to a request that includes them.
+  try {
+    out.cookieMe = String((await fetch(baseURL + '/me', { credentials: 'include' })).status)
+  } catch {
+    out.cookieMe = 'blocked'
+  }
+  return out
+}
+
+// onOrigin serves a page with the bundle of entry and a file input on
+// cfg.origin (a small local server), opens it and runs fn there.
+async function onOrigin(page, entry, fn) {
+  const js = await bundle(entry)
+  const { hostname, port } = new URL(cfg.origin)
+  const srv = createServer((req, res) => {
+    res.setHeader('Content-Type', 'text/html; charset=utf-8')
+    res.end('<!doctype html><meta charset="utf-8"><title>uppy</title><input type="file" id="f"><script>' + js.replaceAll('</script', '<\\/script') + '</script>')
+  })
+  await new Promise((resolve) => srv.listen(Number(port), hostname, resolve))
+  try {
+    await page.goto(cfg.origin + '/')
+    return await fn()
+  } finally {
+    srv.close()
+  }
+}
+
+// rawPuts runs in the page: it opens an upload, signs every part URL up
+// front (with the parts' CRC32Cs when crcs are given, so S3 checks them),
+// PUTs the parts from the file chosen in #raw (concurrency at once, with
+// XMLHttpRequest as the SDK does), and returns how long the PUTs took in
+// ms. The upload is then aborted.
+async function rawPuts({ concurrency, partSize, crcs }) {
+  const file = document.getElementById('raw').files[0]
+  const api = async (method, path, body) => {
+    const r = await fetch(path, { method, headers: { 'Content-Type': 'application/json' }, body: body && JSON.stringify(body) })
+    if (!r.ok) throw new Error(`${method} ${path}: ${r.status} ${await r.text()}`)
+    return r.status === 204 ? null : r.json()
+  }
+  const up = await api('POST', '/uploads', { file_name: 'raw.bin', size: file.size, part_size: partSize, checksum_algorithm: crcs ? 'CRC32C' : undefined })
+  if (crcs && up.checksum_algorithm !== 'CRC32C') throw new Error('the store does not check CRC32Cs')
+  const nums = Array.from({ length: up.part_count }, (_, i) => i + 1)
+  const { urls } = await api('POST', `/uploads/${up.upload_id}/presign`, { part_numbers: nums, checksum_crc32c: crcs })
+  const put = (n) => new Promise((resolve, reject) => {
+    const u = urls[n]
+    const xhr = new XMLHttpRequest()
+    xhr.open('PUT', u.url)
+    for (const [k, v] of Object.entries(u.headers || {})) xhr.setRequestHeader(k, v)
+    xhr.onload = () => (xhr.status === 200 ? resolve() : reject(new Error(`part ${n}: ${xhr.status}`)))
+    xhr.onerror = () => reject(new Error(`part ${n}: network error`))
+    xhr.send(file.slice((n - 1) * partSize, Math.min(n * partSize, file.size)))
+  })
+  const t0 = performance.now()
+  let next = 0
+  await Promise.all(Array.from({ length: concurrency }, async () => {
+    while (next < nums.length) await put(nums[next++])
+  }))
+  const ms = performance.now() - t0
+  await api('DELETE', `/uploads/${up.upload_id}`)
+  return ms
 }
 
 async function bundle(entry) {
   const out = await build({ entryPoints: [entry], bundle: true, format: 'iife', write: false, logLevel: 'warning' })
   return out.outputFiles[0].text
+}
+
+// uppy6Page signs in from ferry's own page and adds Uppy 6 and a file
+// input to it.
+async function uppy6Page(page) {
+  await page.goto(cfg.url + '/')
+  const r = await page.evaluate(async (token) => (await fetch('/session', {
+    method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ token }),
+  })).status, cfg.token)
+  if (r !== 200) fail('sign-in from the page answered ' + r)
+  await page.evaluate(() => document.body.append(Object.assign(document.createElement('input'), { type: 'file', id: 'f' })))
+  await page.addScriptTag({ content: await bundle(join(here, 'uppy6-entry.js')) })
 }
 
 // runUppy uploads the file from disk with Uppy, already on the page.
@@ -308,7 +1058,8 @@ async function runUppy(page, options) {
   return res
 }
 
-const { page, close } = await launch({ bypassCSP: cfg.scenario === 'uppy6' })
+// axe-core is injected as a script, which ferry's CSP would refuse.
+const { page, close } = await launch({ bypassCSP: cfg.scenario.startsWith('uppy6') || cfg.scenario === 'ui-a11y' })
 let result
 try {
   const fn = scenarios[cfg.scenario] || fail('unknown scenario ' + cfg.scenario)

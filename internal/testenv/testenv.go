@@ -1,28 +1,12 @@
-// Package testenv gives ferry's tests real dependencies: a fresh database
-// on SQLite and on MySQL/MariaDB, and a real S3-compatible server.
-//
-// MySQL: FERRY_TEST_MYSQL_DSN names a server (default
-// root@tcp(127.0.0.1:3306)/test). Each test gets its own freshly created
-// database, dropped afterwards. When the server is unreachable, MySQL
-// subtests skip, unless FERRY_TEST_REQUIRE_MYSQL=1 (CI sets it), which turns
-// the skip into a failure.
-//
-// S3: by default an embedded VersityGW started once per test process;
-// FERRY_TEST_S3_ENDPOINT (+ _ACCESS_KEY, _SECRET_KEY) points the tests at
-// an external S3-compatible server instead. Each test gets its own bucket.
-// Starting the embedded server changes the working directory (see package
-// embedded), so tests resolve their file paths before calling S3.
 package testenv
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
 	"io"
 	"log/slog"
-	"mime/multipart"
 	"net"
 	"net/http"
 	"os"
@@ -252,23 +236,25 @@ func absTempDir(t testing.TB) string {
 }
 
 // PostForm sends a browser-style multipart/form-data POST to url (an S3
-// POST-policy upload): the fields first, then file in a field named
-// "file". It returns the status and the body.
+// POST-policy upload, s3store.EncodeForm): the fields first, then file in
+// a field named "file". It returns the status and the body.
 func PostForm(t testing.TB, url string, fields map[string]string, file []byte) (int, string) {
 	t.Helper()
-	var buf bytes.Buffer
-	w := multipart.NewWriter(&buf)
-	for k, v := range fields {
-		w.WriteField(k, v)
-	}
-	fw, _ := w.CreateFormFile("file", "upload.bin")
-	fw.Write(file)
-	w.Close()
-	resp, err := http.Post(url, w.FormDataContentType(), &buf)
+	body, ct := s3store.EncodeForm(fields, file)
+	resp, err := http.Post(url, ct, body)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
+}
+
+// Must returns v, panicking on err: for constructors whose only error is
+// a missing dependency, which a test that passes them cannot meet.
+func Must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
 }

@@ -8,7 +8,8 @@
 // holds one or more space-separated "v1,<base64 HMAC-SHA256>" signatures of
 // id + "." + timestamp + "." + body, keyed with the base64-decoded part of
 // the "whsec_…" secret. While a secret is being rotated, ferry signs with
-// both the old and the new one, so a receiver holding either verifies.
+// every secret still in its grace period, so a receiver holding any of
+// them verifies.
 //
 // A receiver must do four things, in this order (Handler does them):
 //
@@ -17,12 +18,23 @@
 //     looked at; otherwise a forger could send a fake message with a real
 //     message's id, get it recorded, and have the real one dropped as a
 //     duplicate.
-//  2. Deduplicate on webhook-id. ferry retries with the same id until it
-//     gets a 2xx, and an attacker may replay a captured message within the
-//     tolerance; a known id answers 2xx without doing the work again.
+//  2. Claim the webhook-id. ferry retries with the same id until it gets
+//     a 2xx, an attacker may replay a captured message within the
+//     tolerance, and a retry may reach another replica while the first
+//     copy is still being processed. The claim is one atomic step in the
+//     Store: a known id answers 2xx without doing the work again, and an
+//     id in progress answers 409 so the sender comes back later.
 //  3. Process the message.
-//  4. Record the id, only after processing succeeded, so a failure leaves
-//     it unrecorded and ferry's next attempt is processed.
+//  4. Mark the id done, only after processing succeeded. A failure
+//     releases the claim, so ferry's next attempt is processed; a crash
+//     leaves the claim to lapse after its lease (ProcessTimeout + 30 s),
+//     and the next attempt after that is processed.
+//
+// Steps 2 to 4 do not depend on the request: once a message verified,
+// Process runs on a context that ferry hanging up (after its 10 s attempt
+// timeout) does not cancel, bounded by Handler.ProcessTimeout, and the
+// Store calls have their own timeouts. A slow Process therefore finishes
+// and is marked done, and ferry's retry is a duplicate.
 //
 // Usage:
 //
@@ -41,22 +53,40 @@
 //	})
 //
 // MemoryStore suits one process. Backends with several replicas share
-// SQLStore, a database/sql table created with:
+// SQLStore, a database/sql table created with CreateTableSQL (SQLite,
+// PostgreSQL) or CreateTableMySQL (MySQL, MariaDB):
 //
 //	CREATE TABLE webhook_receipts (
-//	    webhook_id  VARCHAR(255) NOT NULL PRIMARY KEY,
-//	    received_at BIGINT       NOT NULL
+//	    webhook_id  VARCHAR(255) NOT NULL PRIMARY KEY, -- VARBINARY(255) on MySQL/MariaDB
+//	    received_at BIGINT       NOT NULL,
+//	    claim_token VARCHAR(64)  NULL,
+//	    lease_until BIGINT       NULL
 //	);
 //	CREATE INDEX ix_webhook_receipts_received ON webhook_receipts (received_at);
+//
+// On MySQL and MariaDB the id must be VARBINARY (or use a NO PAD binary
+// collation): their usual collations pad with spaces or ignore case, so
+// "evt_x " would equal "evt_x". SQLStore notices such a table and fails
+// with ErrInexactIDs instead of dropping a message. Ids longer than
+// MaxIDBytes (255) are refused with ErrIDTooLong.
+//
+// A table made for an earlier version (webhook_id and received_at only)
+// needs the two new columns, and on MySQL/MariaDB the VARBINARY id:
+//
+//	ALTER TABLE webhook_receipts ADD COLUMN claim_token VARCHAR(64) NULL;
+//	ALTER TABLE webhook_receipts ADD COLUMN lease_until BIGINT NULL;
+//	ALTER TABLE webhook_receipts MODIFY webhook_id VARBINARY(255) NOT NULL; -- MySQL/MariaDB
 //
 // received_at is Unix seconds; SQLStore.Purge deletes old rows. Keep ids
 // at least as long as ferry may still retry (about 70 minutes with the
 // default schedule) and longer if operators redeliver by hand: a
 // redelivered message keeps its id, and one whose id was purged is
-// processed again.
+// processed again. Neither store keeps ids for less than MinRetention
+// (twice the timestamp tolerance), which is how long a replay of a
+// captured message still verifies.
 //
-// Across replicas, two copies of one id arriving at the same moment can
-// both pass step 2 (Handler serialises them only within a process), so
-// Process should still be idempotent; the store makes duplicates rare, not
-// impossible.
+// Compatibility: Store is now Claim, Done and Release instead of Seen and
+// Record, which could not stop two copies of a message from both being
+// processed. MemoryStore and SQLStore keep Seen and Record for code that
+// calls them directly.
 package receiver

@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"sync"
 	"time"
 )
 
@@ -35,10 +34,23 @@ const (
 var (
 	// ErrMalformed: the message verified but its body is not a webhook.
 	ErrMalformed = errors.New("receiver: body is not a webhook message")
-	// ErrInProgress: the same id is being processed right now; the sender
-	// should retry later, when it will be a duplicate or, if that run
-	// failed, processed.
+	// ErrInProgress: the same id is being processed right now, here or
+	// on another replica sharing the Store; the sender should retry
+	// later, when it will be a duplicate or, if that run failed,
+	// processed.
 	ErrInProgress = errors.New("receiver: message already in progress")
+)
+
+// Defaults for Handler.
+const (
+	// DefaultProcessTimeout bounds one Process call unless
+	// Handler.ProcessTimeout says otherwise.
+	DefaultProcessTimeout = time.Minute
+	// StoreTimeout bounds each Store call Handler makes.
+	StoreTimeout = 10 * time.Second
+	// leaseMargin is how much longer a claim lives than Process may run:
+	// room for Done to land before anyone could take the claim over.
+	leaseMargin = StoreTimeout + 20*time.Second
 )
 
 // storeError marks a failure of the Store, which the sender should retry.
@@ -47,33 +59,43 @@ type storeError struct{ err error }
 func (e storeError) Error() string { return "receiver: store: " + e.err.Error() }
 func (e storeError) Unwrap() error { return e.err }
 
-// Handler receives webhooks in the one safe order: verify, then
-// deduplicate, then process, then record.
+// Handler receives webhooks in the one safe order: verify, then claim the
+// id, then process, then mark it done.
 //
 //   - Verify first, so a forged message never reaches the Store: it can
 //     neither be processed nor mark a real id as seen.
-//   - Deduplicate before processing, so a replay or a retry of a message
-//     already handled answers 2xx without running Process again.
-//   - Record only after Process succeeded, so a failed attempt leaves the
-//     id unrecorded and the sender's retry is processed.
+//   - Claim before processing, so a replay, a retry of a message already
+//     handled, or a copy arriving at another replica at the same moment
+//     answers without running Process again.
+//   - Mark done only after Process succeeded; a failure releases the
+//     claim, so the sender's retry is processed.
+//
+// Once a message verified, Handler finishes it even if the sender stops
+// waiting: ferry gives up on an attempt after 10 s, and work that the
+// hang-up cut short (or did not record) would run again on the retry.
+// Process gets a context that a client hang-up does not cancel, bounded by
+// ProcessTimeout, and the Store calls get their own timeouts.
 //
 // Handler is an http.Handler; Handle is the same logic for other
 // frameworks.
 type Handler struct {
 	Verifier *Verifier
 	Store    Store
-	// Process does the work. An error makes the sender retry later.
+	// Process does the work. An error makes the sender retry later. It
+	// must return when its context ends: the claim on the message
+	// lapses soon after, and another copy may then be processed.
 	Process func(ctx context.Context, m *Message) error
+	// ProcessTimeout bounds one Process call; zero means
+	// DefaultProcessTimeout. A claim lasts this long plus 30 s.
+	ProcessTimeout time.Duration
 	// MaxBodyBytes bounds the request body; zero means 1 MiB.
 	MaxBodyBytes int64
 	// Log receives failures worth an operator's eye; nil means
 	// slog.Default().
 	Log *slog.Logger
-
-	inflight sync.Map // ids being processed in this process
 }
 
-// Handle runs one message through verify, deduplicate, process, record.
+// Handle runs one message through verify, claim, process, done.
 func (h *Handler) Handle(ctx context.Context, header http.Header, body []byte) (Outcome, error) {
 	id, ts, err := h.Verifier.Verify(header, body)
 	if err != nil {
@@ -83,30 +105,64 @@ func (h *Handler) Handle(ctx context.Context, header http.Header, body []byte) (
 	if err != nil {
 		return 0, err
 	}
-	// Two copies of one id in flight at once (a retry overtaking a slow
-	// first attempt) would both pass Seen; let only one run.
-	if _, busy := h.inflight.LoadOrStore(id, struct{}{}); busy {
-		return 0, ErrInProgress
+	if len(id) > MaxIDBytes {
+		return 0, ErrIDTooLong
 	}
-	defer h.inflight.Delete(id)
-
-	seen, err := h.Store.Seen(ctx, id)
-	if err != nil {
+	// From here on nothing depends on the sender still waiting.
+	bg := context.WithoutCancel(ctx)
+	limit := h.ProcessTimeout
+	if limit <= 0 {
+		limit = DefaultProcessTimeout
+	}
+	sctx, cancel := context.WithTimeout(bg, StoreTimeout)
+	token, err := h.Store.Claim(sctx, id, limit+leaseMargin)
+	cancel()
+	switch {
+	case errors.Is(err, ErrProcessed):
+		return Duplicate, nil
+	case errors.Is(err, ErrInProgress):
+		return 0, ErrInProgress
+	case err != nil:
 		return 0, storeError{err}
 	}
-	if seen {
-		return Duplicate, nil
-	}
-	if err := h.Process(ctx, m); err != nil {
+	if err := h.process(bg, limit, m, token); err != nil {
 		return 0, err
 	}
-	if err := h.Store.Record(ctx, id); err != nil {
+	sctx, cancel = context.WithTimeout(bg, StoreTimeout)
+	defer cancel()
+	if err := h.Store.Done(sctx, id, token); err != nil {
 		// The work is done; answering an error would only make the sender
-		// deliver again and the work run twice.
-		h.log().WarnContext(ctx, "webhook processed but not recorded; a replay would be processed again",
+		// deliver again and the work run twice. Until the claim lapses,
+		// copies are still refused.
+		h.log().WarnContext(ctx, "webhook processed but not marked done; a copy arriving after the claim lapses would be processed again",
 			"webhook_id", id, "err", err)
 	}
 	return Processed, nil
+}
+
+// process runs Process under its time limit and releases the claim when
+// it fails or panics, so that the next copy is processed at once.
+func (h *Handler) process(bg context.Context, limit time.Duration, m *Message, token string) (err error) {
+	release := func() {
+		ctx, cancel := context.WithTimeout(bg, StoreTimeout)
+		defer cancel()
+		if rerr := h.Store.Release(ctx, m.ID, token); rerr != nil {
+			h.log().WarnContext(ctx, "webhook claim not released; the next copy waits until it lapses",
+				"webhook_id", m.ID, "err", rerr)
+		}
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			release()
+			panic(r)
+		}
+	}()
+	pctx, cancel := context.WithTimeout(bg, limit)
+	defer cancel()
+	if err = h.Process(pctx, m); err != nil {
+		release()
+	}
+	return err
 }
 
 func parse(id string, ts time.Time, body []byte) (*Message, error) {
@@ -130,9 +186,10 @@ func parse(id string, ts time.Time, body []byte) (*Message, error) {
 }
 
 // ServeHTTP answers 204 for a processed or duplicate message; 401 when
-// verification fails; 400 for a verified but malformed body; 409 while the
-// same id is in progress; 413 for an oversized body; 503 when the Store
-// fails; 500 when Process fails. Every non-2xx makes ferry retry.
+// verification fails; 400 for a verified but malformed body or an id over
+// MaxIDBytes; 409 while the same id is in progress; 413 for an oversized
+// body; 503 when the Store fails; 500 when Process fails. Every non-2xx
+// makes ferry retry.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
@@ -162,6 +219,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "webhook verification failed", http.StatusUnauthorized)
 	case errors.Is(err, ErrMalformed):
 		http.Error(w, "malformed webhook body", http.StatusBadRequest)
+	case errors.Is(err, ErrIDTooLong):
+		http.Error(w, "webhook-id too long", http.StatusBadRequest)
 	case errors.Is(err, ErrInProgress):
 		w.Header().Set("Retry-After", "5")
 		http.Error(w, "already in progress", http.StatusConflict)

@@ -92,14 +92,20 @@ func NewVerifier(secrets ...string) (*Verifier, error) {
 }
 
 // Verify checks that body and header carry a valid signature made within
-// the tolerance, and returns the webhook id and timestamp. It reads
+// the tolerance, and returns the webhook id and timestamp. Every
+// webhook-signature line is read, up to 16 signatures in all. It reads
 // nothing but its arguments: no id is looked up before the signature
 // holds, so a forged message cannot affect what happens to a real one.
 func (v *Verifier) Verify(header http.Header, body []byte) (id string, ts time.Time, err error) {
 	id = header.Get(HeaderID)
 	tsText := header.Get(HeaderTimestamp)
-	sigs := header.Get(HeaderSignature)
-	if id == "" || tsText == "" || sigs == "" {
+	// Signatures may come in several header lines (a proxy may split
+	// one, or a sender may add one per secret); each line counts.
+	var sigs []string
+	for _, line := range header.Values(HeaderSignature) {
+		sigs = append(sigs, strings.Fields(line)...)
+	}
+	if id == "" || tsText == "" || len(sigs) == 0 {
 		return "", time.Time{}, ErrMissingHeaders
 	}
 	secs, err := strconv.ParseInt(tsText, 10, 64)
@@ -122,7 +128,7 @@ func (v *Verifier) Verify(header http.Header, body []byte) (id string, ts time.T
 	for i, k := range v.keys {
 		expected[i] = []byte(Sign(k, id, ts, body))
 	}
-	for n, s := range strings.Fields(sigs) {
+	for n, s := range sigs {
 		if n == maxSignatures {
 			break
 		}

@@ -2,8 +2,6 @@ package embedded
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,6 +13,8 @@ import (
 	"github.com/versity/versitygw/backend/meta"
 	"github.com/versity/versitygw/backend/posix"
 	"github.com/versity/versitygw/embedgw"
+
+	"github.com/ferry-io/ferry/internal/random"
 )
 
 // Server is a running embedded S3 server.
@@ -94,8 +94,11 @@ func Start(ctx context.Context, dataDir, addr string) (*Server, error) {
 // to a sidecar directory on file systems without user xattrs (some
 // container overlays).
 func newBackend(dataDir, root string) (*posix.Posix, error) {
+	// CopyObject takes sources up to S3's own 5 GiB limit (VersityGW's
+	// zero default refuses every copy).
+	opts := posix.PosixOpts{CopyObjectThreshold: 5 << 30}
 	if err := (meta.XattrMeta{}).Test(root); err == nil {
-		be, err := posix.New(root, meta.XattrMeta{}, posix.PosixOpts{})
+		be, err := posix.New(root, meta.XattrMeta{}, opts)
 		if err == nil {
 			return be, nil
 		}
@@ -108,7 +111,8 @@ func newBackend(dataDir, root string) (*posix.Posix, error) {
 	if err != nil {
 		return nil, fmt.Errorf("embedded s3: %w", err)
 	}
-	be, err := posix.New(root, sc, posix.PosixOpts{SideCarDir: side})
+	opts.SideCarDir = side
+	be, err := posix.New(root, sc, opts)
 	if err != nil {
 		return nil, fmt.Errorf("embedded s3: %w", err)
 	}
@@ -148,10 +152,20 @@ func loadOrCreateCredentials(path string) (credentials, error) {
 	return c, nil
 }
 
-func randomHex(n int) string {
-	b := make([]byte, n)
-	if _, err := rand.Read(b); err != nil {
-		panic("crypto/rand failed: " + err.Error())
+func randomHex(n int) string { return random.Hex(n) }
+
+// Credentials returns the root credentials Start keeps under dataDir, so
+// another process (ferry doctor) can talk to a server already running on
+// that directory. It fails with an error wrapping os.ErrNotExist when no
+// server has started there yet.
+func Credentials(dataDir string) (accessKey, secretKey string, err error) {
+	b, err := os.ReadFile(filepath.Join(dataDir, "s3-credentials.json"))
+	if err != nil {
+		return "", "", fmt.Errorf("embedded s3: %w", err)
 	}
-	return hex.EncodeToString(b)
+	var c credentials
+	if err := json.Unmarshal(b, &c); err != nil || c.AccessKey == "" || c.SecretKey == "" {
+		return "", "", fmt.Errorf("embedded s3: %s is corrupt", filepath.Join(dataDir, "s3-credentials.json"))
+	}
+	return c.AccessKey, c.SecretKey, nil
 }

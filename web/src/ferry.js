@@ -7,12 +7,15 @@
 //   up.addEventListener('progress', (e) => console.log(e.detail))
 //   const result = await up.start()           // {state: 'success', file_id, ...}
 //
-// An upload hashes the file in a Web Worker (SHA-256 of the whole file and
-// MD5 of each part, streaming), asks ferry for it by content — which
-// gives an instant file, a proof-of-possession challenge, or the parts S3
-// already holds — sends the missing parts straight to S3 with their
-// Content-MD5 pinned in the signature, completes, and polls until the
-// upload is verified. See docs/browser.md.
+// An upload reads the file once, in a Web Worker, while it sends it: each
+// part's CRC32C is known as soon as the part is read, and the part is then
+// signed (its CRC32C pinned in the URL, so S3 refuses other bytes) and PUT
+// straight to S3, several at once. ferry is asked as soon as the first
+// part is hashed — which finds an unfinished upload of the same file, so
+// only the parts S3 lacks are sent — and told the file's SHA-256 once the
+// read is done, which can still turn the upload into an instant file. The
+// whole file's CRC32C goes with complete and S3 checks it; the SDK then
+// waits (a long poll) for success. See docs/browser.md.
 
 const MiB = 1 << 20
 const defaultPartSize = 8 * MiB
@@ -36,11 +39,14 @@ export class Ferry {
    * @param {object} [opts]
    * @param {string} [opts.baseURL] ferry's URL; default the page's origin
    * @param {string} [opts.token] a bearer token; default the session cookie
-   * @param {string|URL} [opts.workerURL] the hashing worker's script
+   * @param {string} [opts.ticket] an upload ticket (ftk_…) from your backend, sent as the bearer token: it makes one upload
+   * @param {string|URL} [opts.workerURL] the hashing worker's script;
+   *   default ferry's (/assets/hash-worker.js next to this module), started
+   *   from a Blob URL when the page is on another origin
    */
-  constructor({ baseURL = '', token = null, workerURL = null } = {}) {
+  constructor({ baseURL = '', token = null, ticket = null, workerURL = null } = {}) {
     this.baseURL = baseURL.replace(/\/$/, '')
-    this.token = token
+    this.token = ticket || token
     this.workerURL = workerURL || new URL('./hash-worker.js', import.meta.url)
     this._hasher = null
   }
@@ -85,9 +91,12 @@ export class Ferry {
   /**
    * createExport starts an export. Send the same idempotencyKey for the
    * same intent (a retry, a double click): ferry makes one job for it.
+   * The key is sent as an RFC 8941 string ("…"), which any printable
+   * ASCII key can be; a bare UUID is not a valid token.
    */
   createExport(scope, idempotencyKey) {
-    return this.api('POST', '/exports', { scope }, { 'Idempotency-Key': idempotencyKey })
+    const quoted = '"' + String(idempotencyKey).replace(/[\\"]/g, '\\$&') + '"'
+    return this.api('POST', '/exports', { scope }, { 'Idempotency-Key': quoted })
   }
   getExport(id) { return this.api('GET', '/exports/' + encodeURIComponent(id)) }
 
@@ -101,40 +110,87 @@ export class Ferry {
   }
 }
 
-/** Hasher runs hashing jobs on one module Web Worker. */
+/**
+ * Hasher runs hashing jobs on a module Web Worker, and gives streams a
+ * second one for their SHA-256.
+ */
 class Hasher {
   constructor(url) {
-    this.worker = new Worker(url, { type: 'module' })
+    this.url = workerScript(url)
+    this.shaWorker = null
+    this.worker = new Worker(this.url, { type: 'module' })
     this.next = 1
     this.jobs = new Map()
     this.worker.onmessage = (ev) => {
-      const { id, progress, result, error } = ev.data
+      const { id, part, progress, result, error } = ev.data
       const job = this.jobs.get(id)
       if (!job) return
+      if (part !== undefined) return job.onPart && job.onPart(part)
       if (progress !== undefined) return job.onProgress && job.onProgress(progress)
       this.jobs.delete(id)
       if (error) job.reject(new FerryError('hashing failed: ' + error))
       else job.resolve(result)
     }
-    this.worker.onerror = (ev) => {
-      const err = new FerryError('the hashing worker failed: ' + (ev.message || 'unknown error'))
-      for (const job of this.jobs.values()) job.reject(err)
-      this.jobs.clear()
+    this.worker.onerror = (ev) => this.failed(ev)
+  }
+
+  failed(ev) {
+    const err = new FerryError('the hashing worker failed: ' + (ev.message || 'unknown error'))
+    for (const job of this.jobs.values()) job.reject(err)
+    this.jobs.clear()
+  }
+
+  run(msg, handlers = {}, transfer = []) {
+    const id = this.next++
+    const done = new Promise((resolve, reject) => {
+      this.jobs.set(id, { resolve, reject, ...handlers })
+      this.worker.postMessage({ id, ...msg }, transfer)
+    })
+    return { id, done }
+  }
+
+  /**
+   * stream reads file once, in order: onPart({n, crc32c, md5?}) for each
+   * part as soon as it is read, and done resolves with the whole file's
+   * {sha256 (hex), crc32c (base64)}. md5 adds each part's MD5; md5on()
+   * asks for them from the next part on, cancel() stops the read.
+   */
+  stream(file, partSize, { md5 = false, onPart, onProgress } = {}) {
+    // The SHA-256 runs on the second worker, fed by the first over a
+    // channel of their own, so the part CRC32Cs do not wait for it.
+    if (!this.shaWorker) {
+      this.shaWorker = new Worker(this.url, { type: 'module' })
+      this.shaWorker.onerror = (ev) => this.failed(ev)
+    }
+    const ch = new MessageChannel()
+    this.shaWorker.postMessage({ op: 'sha', port: ch.port2 }, [ch.port2])
+    const { id, done } = this.run({ op: 'file', file, partSize, md5, port: ch.port1 }, { onPart, onProgress }, [ch.port1])
+    return {
+      done,
+      md5on: () => this.worker.postMessage({ id, op: 'md5on' }),
+      cancel: () => this.worker.postMessage({ id, op: 'cancel' }),
     }
   }
 
-  run(msg, onProgress) {
-    const id = this.next++
-    return new Promise((resolve, reject) => {
-      this.jobs.set(id, { resolve, reject, onProgress })
-      this.worker.postMessage({ id, ...msg })
-    })
-  }
+  /** part digests one part: {crc32c, md5?}. */
+  part(blob, md5) { return this.run({ op: 'part', blob, md5 }).done }
+  sha256(blob) { return this.run({ op: 'sha256', blob }).done }
+}
 
-  /** file hashes a whole file: {sha256 (hex), md5s: [base64 per part]}. */
-  file(file, partSize, onProgress) { return this.run({ op: 'file', file, partSize }, onProgress) }
-  md5(blob) { return this.run({ op: 'md5', blob }) }
-  sha256(blob) { return this.run({ op: 'sha256', blob }) }
+/**
+ * workerScript is where a page starts the hashing worker from. Browsers
+ * start workers only from the page's own origin, so on another origin
+ * (the SDK imported from ferry by a host app's page) it is a Blob URL of
+ * the page's own whose module imports ferry's worker script: a CORS
+ * fetch, which ferry answers for the origins in FERRY_CORS_ORIGINS. A
+ * page whose CSP does not allow blob: workers can host the worker itself
+ * and pass its URL as workerURL.
+ */
+export function workerScript(url) {
+  const u = new URL(url, location.href)
+  if (u.origin === location.origin) return u
+  const src = 'import ' + JSON.stringify(u.href) + '\n'
+  return URL.createObjectURL(new Blob([src], { type: 'text/javascript' }))
 }
 
 /** partSizeFor is ferry's default layout: 8 MiB parts, more when that needs over 10,000. */
@@ -153,6 +209,13 @@ function hexOfBase64(b64) {
   return Array.from(atob(b64), (c) => c.charCodeAt(0).toString(16).padStart(2, '0')).join('')
 }
 
+function hexBytes(hex) {
+  if (!/^([0-9a-f]{2})+$/i.test(hex || '')) throw new FerryError('the challenge has no valid nonce')
+  const out = new Uint8Array(hex.length / 2)
+  for (let i = 0; i < out.length; i++) out[i] = parseInt(hex.substr(2 * i, 2), 16)
+  return out
+}
+
 function normalizeETag(e) {
   return String(e || '').trim().replace(/^"|"$/g, '').toLowerCase()
 }
@@ -162,6 +225,26 @@ const sleep = (ms, signal) => new Promise((resolve) => {
   if (signal) signal.addEventListener('abort', () => { clearTimeout(t); resolve() }, { once: true })
 })
 
+// deferred is a promise with its resolve, and its value once resolved.
+function deferred() {
+  const d = { value: null }
+  d.promise = new Promise((r) => { d.resolve = (v) => { d.value = v; r(v) } })
+  return d
+}
+
+// S3's codes for a body that does not match its signed checksum: the bytes
+// were damaged on the way, and the part is read and sent again.
+const badDigest = new Set(['BadDigest', 'XAmzContentChecksumMismatch', 'InvalidDigest'])
+
+// The part PUTs wait for a whole-file hash only for files this small: it
+// takes a few tens of milliseconds, and content ferry already holds then
+// costs no bytes at all. Larger files start sending as soon as their first
+// part is hashed, and declare the SHA-256 once it is known.
+const hashFirstLimit = 16 * MiB
+
+// waitFor is how long one status request may be held open by ferry.
+const waitFor = '30s'
+
 class Stopped extends Error {}
 
 /**
@@ -169,8 +252,11 @@ class Stopped extends Error {}
  *   'state'    {state}: hashing, uploading, paused, completing, merging,
  *              success, failed, cancelled, error
  *   'progress' {phase: 'hashing'|'uploading', bytesDone, bytesTotal,
- *              rate (bytes/s), eta (s, or null)}
+ *              rate (bytes/s), eta (s, or null), bytesHashed}
  *   'part'     {partNumber, etag} a part reached S3
+ *   'retry'    {reason: 'connection'|'server', attempt, delay (ms),
+ *              message}: a request failed and is tried again after delay
+ *   'recovered' {}: a request went through after retries
  */
 export class Upload extends EventTarget {
   /**
@@ -178,8 +264,13 @@ export class Upload extends EventTarget {
    * @param {File|Blob} file
    * @param {object} [opts]
    * @param {number} [opts.concurrency] part PUTs at once (default 4)
-   * @param {number} [opts.maxAttempts] tries per part (default 8)
-   * @param {number} [opts.pollInterval] ms between status polls (default 1000)
+   * @param {number} [opts.maxAttempts] tries per part when S3 or ferry
+   *   answers with a retryable error (default 8)
+   * @param {number} [opts.offlineFor] ms to keep retrying while neither
+   *   ferry nor S3 can be reached at all, before the upload stops with
+   *   code 'connection_lost' (default 120000)
+   * @param {number} [opts.pollInterval] ms between status requests when
+   *   ferry answers them without waiting (default 1000)
    * @param {string} [opts.name] the file name (default file.name)
    */
   constructor(client, file, opts = {}) {
@@ -189,19 +280,36 @@ export class Upload extends EventTarget {
     this.name = opts.name || file.name
     this.concurrency = opts.concurrency || 4
     this.maxAttempts = opts.maxAttempts || 8
+    this.offlineFor = opts.offlineFor || 120000
+    this.lostSince = null // when requests started failing at the network
     this.pollInterval = opts.pollInterval || 1000
     this.state = 'idle'
     this.uploadId = null
     this.result = null
     this.error = null
     this.partSize = partSizeFor(file.size)
-    this.md5s = []
-    this.etags = new Map() // part number → ETag S3 holds, verified against md5s
+    this.streamed = this.partSize // the layout the hashing stream reads in
+    this.checksum = false // S3 checks each part's CRC32C (else its Content-MD5)
+    this.slots = new Map() // part number → deferred digest {crc32c, md5?} from the stream
+    this.extra = new Map() // part number → digest computed on its own
+    this.listed = new Map() // part number → the part S3 lists
+    this.etags = new Map() // part number → ETag of a part S3 holds intact
     this.urls = new Map() // part number → presigned {url, headers, expires}
+    this.signing = new Map() // part number → presign request under way
     this.inflight = new Map() // part number → {xhr, loaded}
+    this.todo = []
     this.bytesDone = 0
+    this.bytesHashed = 0
     this.samples = []
+    this.lastProgress = -Infinity
     this.stopper = null
+    this.sha256 = null // the file's, once hashed
+    this.crc32c = null // the whole file's, once hashed
+    this.serverSHA = null // the SHA-256 the upload declares on ferry
+    this.declaring = null
+    this.shortcut = null // a file ferry gave while parts were still being sent
+    this.proved = false // the shortcut came from a proof: the running upload is ours to abort
+    this.conflict = false // the upload found was another file's: start a new one
   }
 
   emit(type, detail) { this.dispatchEvent(new CustomEvent(type, { detail })) }
@@ -215,7 +323,11 @@ export class Upload extends EventTarget {
   start() {
     if (!this.done) {
       this.done = this.run().catch((err) => {
-        if (err instanceof Stopped) return this.result
+        if (err instanceof Stopped || this.cancelled) return this.result
+        if (this.hashing) this.hashing.cancel()
+        if (err instanceof FerryError && err.status === 0 && err.retryable && err.code !== 'connection_lost') {
+          err = new FerryError('connection lost: ' + err.message, { code: 'connection_lost', retryable: true })
+        }
         this.error = err
         this.setState('error')
         throw err
@@ -236,7 +348,7 @@ export class Upload extends EventTarget {
   resume() {
     if (this.state !== 'paused') return
     this.paused = false
-    this.resumed && this.resumed()
+    this.wake()
   }
 
   /**
@@ -247,11 +359,16 @@ export class Upload extends EventTarget {
     if (!['idle', 'hashing', 'uploading', 'paused'].includes(this.state)) return
     this.cancelled = true
     this.stop()
-    this.resumed && this.resumed()
+    if (this.hashing) this.hashing.cancel()
+    this.wake()
     this.setState('cancelled')
     if (this.uploadId) {
       try { await this.client.api('DELETE', '/uploads/' + this.uploadId) } catch { /* already gone or finished */ }
     }
+  }
+
+  wake() {
+    if (this.resumed) this.resumed()
   }
 
   stop() {
@@ -263,51 +380,212 @@ export class Upload extends EventTarget {
     if (this.cancelled) throw new Stopped()
   }
 
+  /**
+   * retrying runs fn until it succeeds, retrying the retryable failures
+   * after a backoff: up to maxAttempts tries for errors ferry or S3
+   * answered, and for offlineFor ms while neither can be reached (a
+   * network error), so an outage of a minute or two is ridden out. Each
+   * wait is announced with a 'retry' event, and the first success after
+   * one with 'recovered'.
+   */
+  async retrying(fn, { onRetry } = {}) {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        const v = await fn(attempt)
+        if (this.lostSince !== null || this.retried) {
+          this.lostSince = null
+          this.retried = false
+          this.emit('recovered', {})
+        }
+        return v
+      } catch (err) {
+        if (this.halted() || this.cancelled || !(err instanceof FerryError)) throw err
+        if (onRetry) onRetry(err)
+        if (!err.retryable) throw err
+        const offline = err.status === 0
+        const now = Date.now()
+        if (offline) {
+          if (this.lostSince === null) this.lostSince = now
+          if (now - this.lostSince >= this.offlineFor) {
+            throw new FerryError('connection lost: ' + err.message, { code: 'connection_lost', retryable: true })
+          }
+        } else if (attempt >= this.maxAttempts) {
+          throw err
+        }
+        const delay = backoff(attempt)
+        this.retried = true
+        this.emit('retry', { reason: offline ? 'connection' : 'server', attempt, delay, message: err.message })
+        await sleep(delay, this.stopper && this.stopper.signal)
+        if (this.halted() || this.cancelled) throw err
+      }
+    }
+  }
+
+  /** halted says the part workers should stop taking parts. */
+  halted() {
+    return this.paused || this.cancelled || this.shortcut || this.conflict
+  }
+
   async run() {
     this.setState('hashing')
     const size = this.file.size
-    const hashed = await this.client.hasher().file(this.file, this.partSize, (n) => this.progress('hashing', n, size))
-    this.checkStopped()
-    this.md5s = hashed.md5s
-    this.sha256 = hashed.sha256
-
-    let up = await this.client.api('POST', '/uploads', {
-      file_name: this.name, size, content_type: this.file.type || '', sha256: this.sha256, part_size: this.partSize,
+    this.hashing = this.client.hasher().stream(this.file, this.partSize, {
+      onPart: (p) => this.slot(p.n).resolve(p),
+      onProgress: (n) => {
+        this.bytesHashed = n
+        this.progress(this.state === 'hashing' ? 'hashing' : 'uploading')
+      },
     })
+    this.hashed = this.hashing.done.then((r) => {
+      this.sha256 = r.sha256
+      this.crc32c = r.crc32c
+      return r
+    })
+    this.hashed.catch(() => { /* awaited where it matters */ })
+    if (size <= hashFirstLimit) await this.hashed
+    else await this.digestOf(1)
+    this.checkStopped()
+    for (let tries = 1; ; tries++) {
+      const up = await this.retrying(() => this.client.api('POST', '/uploads', this.initBody()))
+      const res = await this.follow(up)
+      if (res) return res
+      // The unfinished upload found by the first part was another file's
+      // (same size and first part): start one of this content, now that
+      // its hash is known, which finds no other file's.
+      if (tries >= 2) throw new FerryError('ferry keeps answering with an upload of other content', { code: 'sha256_mismatch' })
+      this.conflict = false
+      this.declaring = null
+    }
+  }
+
+  initBody() {
+    const body = {
+      file_name: this.name, size: this.file.size, content_type: this.file.type || '', part_size: this.partSize,
+      checksum_algorithm: 'CRC32C',
+    }
+    if (this.sha256) body.sha256 = this.sha256
+    else body.first_part_crc32c = this.digestNow(1).crc32c
+    return body
+  }
+
+  /** follow takes ferry's answer to POST /uploads to its end, or returns null to start over. */
+  async follow(up) {
     if (up.state === 'proof_required') up = await this.prove(up.challenge)
     if (up.upload_id) this.uploadId = up.upload_id
     if (up.state === 'success') return this.finish(up)
-    if (up.state === 'pending' || up.state === 'merging') return this.poll()
+    if (up.state === 'pending' || up.state === 'merging') return this.wait()
+    this.checksum = up.checksum_algorithm === 'CRC32C'
+    // A store without checksums: parts are pinned by their Content-MD5.
+    if (!this.checksum) this.hashing.md5on()
+    this.serverSHA = up.sha256 || null
     if (up.part_size !== this.partSize) {
       // An upload of this content started elsewhere with another layout:
-      // its parts' MD5s are computed as they are needed.
+      // its parts are digested on their own as they are needed.
       this.partSize = up.part_size
-      this.md5s = []
+      this.extra.clear()
     }
     this.partCount = up.part_count
+    this.urls.clear()
+    this.hashed.then(() => this.declare(), () => {})
 
     let listed = up.parts
     for (;;) {
       this.setState('uploading')
       await this.sendMissing(listed)
-      this.checkStopped()
-      if (this.paused) {
-        await new Promise((resolve) => { this.resumed = resolve })
-        this.checkStopped()
-        listed = (await this.client.api('GET', '/uploads/' + this.uploadId)).parts
-        continue
+      if (!this.halted()) {
+        const missing = await this.complete()
+        if (!this.halted()) {
+          if (!missing) return this.wait()
+          listed = missing
+          continue
+        }
       }
-      const missing = await this.complete()
-      if (!missing) return this.poll()
-      listed = missing
+      if (this.shortcut) return this.takeShortcut()
+      if (this.conflict) return null
+      this.checkStopped()
+      await new Promise((resolve) => {
+        this.resumed = resolve
+        if (!this.paused) resolve()
+      })
+      this.resumed = null
+      if (this.shortcut) return this.takeShortcut()
+      if (this.conflict) return null
+      this.checkStopped()
+      const st = await this.retrying(() => this.client.api('GET', '/uploads/' + this.uploadId))
+      this.serverSHA = st.sha256 || null
+      listed = st.parts
     }
   }
 
-  /** prove answers a proof-of-possession challenge with the hashes of its ranges. */
+  /**
+   * prove answers a proof-of-possession challenge: for each range, the
+   * SHA-256 of the challenge's nonce followed by the range's bytes, so
+   * the answer needs the bytes and not only the file's hash.
+   */
   async prove(ch) {
+    const nonce = hexBytes(ch.nonce)
     const digests = []
-    for (const r of ch.ranges) digests.push(await this.client.hasher().sha256(this.file.slice(r.offset, r.offset + r.length)))
+    for (const r of ch.ranges) {
+      const blob = new Blob([nonce, this.file.slice(r.offset, r.offset + r.length)])
+      digests.push(await this.client.hasher().sha256(blob))
+    }
     return this.client.api('POST', '/uploads/proofs/' + encodeURIComponent(ch.id), { digests })
+  }
+
+  /**
+   * declare tells ferry the file's SHA-256 as soon as it is known, while
+   * parts are still to be sent: ferry then answers with the file at once
+   * when the caller already has this content (it aborts the running
+   * upload), a proof challenge when someone else does, or the upload
+   * (keep sending). Once every part left is on the wire, declaring could
+   * save nothing, and the hash goes with complete instead.
+   */
+  declare() {
+    if (this.declaring || this.halted() || !this.uploadId) return
+    if (this.serverSHA) {
+      if (this.serverSHA !== this.sha256) this.startOver()
+      return
+    }
+    if (!this.todo.some((n) => !this.intact(n, this.digestNow(n)))) return
+    this.declaring = (async () => {
+      let ans
+      try {
+        ans = await this.client.api('POST', `/uploads/${this.uploadId}/sha256`, { sha256: this.sha256 })
+      } catch (err) {
+        if (err.code === 'sha256_mismatch') this.startOver()
+        return // complete carries the hash
+      }
+      if (ans.state === 'proof_required') {
+        try {
+          ans = await this.prove(ans.challenge)
+          this.proved = true
+        } catch {
+          return // no file from the proof: the upload goes on
+        }
+      }
+      if (ans.state === 'success') {
+        this.shortcut = ans
+        this.stop()
+        this.wake()
+      } else if (ans.sha256) {
+        this.serverSHA = ans.sha256
+      }
+    })()
+  }
+
+  startOver() {
+    this.conflict = true
+    this.stop()
+    this.wake()
+  }
+
+  /** takeShortcut ends the upload with the file ferry gave mid-transfer. */
+  async takeShortcut() {
+    if (this.proved) {
+      try { await this.client.api('DELETE', '/uploads/' + this.uploadId) } catch { /* cleanup expires it */ }
+    }
+    this.uploadId = this.shortcut.upload_id
+    return this.finish(this.shortcut)
   }
 
   partRange(n) {
@@ -315,93 +593,166 @@ export class Upload extends EventTarget {
     return [start, Math.min(start + this.partSize, this.file.size)]
   }
 
-  async md5Of(n) {
-    if (!this.md5s[n - 1]) {
-      const [a, b] = this.partRange(n)
-      this.md5s[n - 1] = await this.client.hasher().md5(this.file.slice(a, b))
-    }
-    return this.md5s[n - 1]
+  slot(n) {
+    let s = this.slots.get(n)
+    if (!s) this.slots.set(n, (s = deferred()))
+    return s
+  }
+
+  /** needsMD5 says parts are pinned by Content-MD5, not CRC32C. */
+  needsMD5() {
+    return this.uploadId !== null && !this.checksum
+  }
+
+  usable(d) {
+    return d && (d.md5 || !this.needsMD5()) ? d : null
+  }
+
+  /** digestNow is part n's digest if it is known already, or null. */
+  digestNow(n) {
+    const s = this.streamed === this.partSize && this.slots.get(n)
+    return this.usable(s && s.value) || this.usable(this.extra.get(n))
   }
 
   /**
-   * sendMissing sends every part S3 does not hold intact. A listed part
-   * counts only when its size and ETag (the MD5 of its bytes) are those of
-   * the local part: a PUT cut off mid-way may have left a wrong part.
+   * digestOf is part n's {crc32c, md5?} in the upload's layout, with its
+   * MD5 when S3 checks Content-MD5: from the stream when it reads this
+   * layout, else read on its own.
    */
+  async digestOf(n) {
+    const now = this.digestNow(n)
+    if (now) return now
+    if (this.streamed === this.partSize) {
+      const s = this.slot(n)
+      // The stream's failure (an unreadable file) ends the wait as well.
+      const d = await Promise.race([s.promise, this.hashed.then(() => s.promise)])
+      if (this.usable(d)) return d
+    }
+    const [a, b] = this.partRange(n)
+    const d = await this.client.hasher().part(this.file.slice(a, b), this.needsMD5())
+    this.extra.set(n, d)
+    return d
+  }
+
+  /**
+   * intact says a part S3 lists is the local part: same size and same
+   * CRC32C (or, for Content-MD5 uploads, an ETag that is its MD5). A PUT
+   * cut off mid-way may have left a wrong part on some stores.
+   */
+  intact(n, d) {
+    const p = this.listed.get(n)
+    if (!p || !d) return false
+    const [a, b] = this.partRange(n)
+    if (p.size !== b - a) return false
+    return this.checksum ? p.checksum_crc32c === d.crc32c : !!d.md5 && normalizeETag(p.etag) === hexOfBase64(d.md5)
+  }
+
+  /** sendMissing sends every part S3 does not hold intact, several at once, each once its digest is known. */
   async sendMissing(listed) {
     this.etags.clear()
     this.bytesDone = 0
-    for (const p of listed || []) {
-      if (p.part_number > this.partCount) continue
-      const [a, b] = this.partRange(p.part_number)
-      if (p.size === b - a && normalizeETag(p.etag) === hexOfBase64(await this.md5Of(p.part_number))) {
-        this.etags.set(p.part_number, p.etag)
-        this.bytesDone += p.size
-      }
-    }
+    this.listed = new Map((listed || []).filter((p) => p.part_number <= this.partCount).map((p) => [p.part_number, p]))
     const todo = []
-    for (let n = 1; n <= this.partCount; n++) if (!this.etags.has(n)) todo.push(n)
+    for (let n = 1; n <= this.partCount; n++) {
+      // Parts S3 holds that are known intact already (after a pause, a
+      // retry) count at once, so the bar keeps what was sent.
+      const p = this.listed.get(n)
+      if (p && this.intact(n, this.digestNow(n))) {
+        this.etags.set(n, p.etag)
+        this.bytesDone += p.size
+        continue
+      }
+      todo.push(n)
+    }
     this.todo = todo
     this.samples = []
-    this.progress('uploading')
+    this.progress('uploading', true)
     this.stopper = new AbortController()
     const workers = []
     for (let i = 0; i < Math.min(this.concurrency, todo.length); i++) workers.push(this.worker())
+    if (this.sha256) this.declare() // known already: after a pause, or before the upload was found
+    this.failure = null
     const results = await Promise.allSettled(workers)
     this.stopper = null
-    if (this.paused || this.cancelled) return
+    if (this.halted()) return
     const failed = results.find((r) => r.status === 'rejected')
-    if (failed) throw failed.reason
+    if (failed) throw this.failure || failed.reason
   }
 
   async worker() {
-    while (this.todo.length && !this.paused && !this.cancelled) {
+    while (this.todo.length && !this.halted()) {
       const n = this.todo.shift()
       try {
-        await this.sendPart(n)
+        const d = await this.digestOf(n)
+        if (this.intact(n, d)) {
+          const p = this.listed.get(n)
+          this.etags.set(n, p.etag)
+          this.bytesDone += p.size
+          this.progress('uploading')
+          continue
+        }
+        if (this.halted()) return
+        await this.sendPart(n, d)
       } catch (err) {
-        if (this.paused || this.cancelled) return
-        this.stop() // one part out of attempts fails the upload
+        if (this.halted() || err instanceof Stopped) return
+        // One part out of attempts fails the upload. The PUTs this stops
+        // fail with 'aborted', which is not what went wrong: the first
+        // failure is the upload's.
+        if (!this.failure) this.failure = err
+        this.stop()
         throw err
       }
     }
   }
 
-  async sendPart(n) {
-    for (let attempt = 1; ; attempt++) {
-      try {
-        const u = await this.urlFor(n)
-        const etag = await this.put(n, u)
-        if (normalizeETag(etag) !== hexOfBase64(await this.md5Of(n))) {
-          throw new FerryError(`part ${n}: S3 stored other bytes than were sent`, { retryable: true })
-        }
-        this.etags.set(n, etag)
-        const [a, b] = this.partRange(n)
-        this.bytesDone += b - a
-        this.progress('uploading')
-        this.emit('part', { partNumber: n, etag })
-        // Recording the part keeps the upload alive; it is only a report,
-        // S3's listing stays the truth, so a failure here is harmless.
-        this.client.api('PUT', `/uploads/${this.uploadId}/parts/${n}`, { etag, size: b - a }).catch(() => {})
-        return
-      } catch (err) {
-        if (this.paused || this.cancelled) throw err
-        if (err.status === 403) this.urls.delete(n) // expired or refused: sign again
-        if (!err.retryable || attempt >= this.maxAttempts) throw err
-        await sleep(backoff(attempt), this.stopper && this.stopper.signal)
+  async sendPart(n, d) {
+    await this.retrying(async () => {
+      const u = await this.urlFor(n)
+      if (this.halted()) throw new Stopped()
+      const etag = await this.put(n, u)
+      if (!this.checksum && normalizeETag(etag) !== hexOfBase64(d.md5)) {
+        throw new FerryError(`part ${n}: S3 stored other bytes than were sent`, { retryable: true })
       }
-    }
+      this.etags.set(n, etag)
+      const [a, b] = this.partRange(n)
+      this.bytesDone += b - a
+      this.progress('uploading', true)
+      this.emit('part', { partNumber: n, etag })
+      // Recording the part keeps the upload alive; it is only a report,
+      // S3's listing stays the truth, so a failure here is harmless.
+      this.client.api('PUT', `/uploads/${this.uploadId}/parts/${n}`, { etag, size: b - a }).catch(() => {})
+    }, {
+      onRetry: (err) => { if (err.status === 403) this.urls.delete(n) }, // expired or refused: sign again
+    })
   }
 
-  /** urlFor returns a fresh presigned URL for part n, signing a batch of upcoming parts at once. */
+  /**
+   * urlFor returns a fresh presigned URL for part n, signing at once the
+   * upcoming parts whose digests are known, up to 32.
+   */
   async urlFor(n) {
-    const have = this.urls.get(n)
-    if (have && have.expires - Date.now() > 60000) return have
-    const batch = [n, ...this.todo.filter((m) => !this.urls.has(m)).slice(0, 31)]
-    const content_md5 = {}
-    for (const m of batch) content_md5[m] = await this.md5Of(m)
-    const { urls } = await this.client.api('POST', `/uploads/${this.uploadId}/presign`, { part_numbers: batch, content_md5 })
-    for (const [k, v] of Object.entries(urls)) this.urls.set(Number(k), { ...v, expires: Date.parse(v.expires_at) })
+    for (;;) {
+      const have = this.urls.get(n)
+      if (have && have.expires - Date.now() > 60000) return have
+      const pending = this.signing.get(n)
+      if (!pending) break
+      await pending.catch(() => {})
+      if (!this.urls.has(n)) break // that batch failed: sign on our own
+    }
+    const upcoming = this.todo.filter((m) => !this.urls.has(m) && !this.signing.has(m) && this.digestNow(m) && !this.intact(m, this.digestNow(m)))
+    const batch = [n, ...upcoming.slice(0, 31)]
+    const body = { part_numbers: batch }
+    const digests = await Promise.all(batch.map((m) => this.digestOf(m)))
+    const field = this.checksum ? 'checksum_crc32c' : 'content_md5'
+    body[field] = Object.fromEntries(batch.map((m, i) => [m, this.checksum ? digests[i].crc32c : digests[i].md5]))
+    const req = this.client.api('POST', `/uploads/${this.uploadId}/presign`, body)
+    for (const m of batch) this.signing.set(m, req)
+    try {
+      const { urls } = await req
+      for (const [k, v] of Object.entries(urls)) this.urls.set(Number(k), { ...v, expires: Date.parse(v.expires_at) })
+    } finally {
+      for (const m of batch) if (this.signing.get(m) === req) this.signing.delete(m)
+    }
     return this.urls.get(n)
   }
 
@@ -418,8 +769,9 @@ export class Upload extends EventTarget {
       xhr.onload = () => done(() => {
         if (xhr.status >= 200 && xhr.status < 300) return resolve(xhr.getResponseHeader('ETag'))
         const code = (/<Code>([^<]+)<\/Code>/.exec(xhr.responseText || '') || [])[1] || ''
-        reject(new FerryError(`part ${n}: S3 answered ${xhr.status} ${code}`.trim(), {
-          status: xhr.status, code, retryable: xhr.status >= 500 || xhr.status === 403 || xhr.status === 408 || xhr.status === 429,
+        const s = xhr.status
+        reject(new FerryError(`part ${n}: S3 answered ${s} ${code}`.trim(), {
+          status: s, code, retryable: s >= 500 || s === 403 || s === 408 || s === 429 || (s === 400 && badDigest.has(code)),
         }))
       })
       xhr.onerror = () => done(() => reject(new FerryError(`part ${n}: network error`, { retryable: true })))
@@ -428,42 +780,57 @@ export class Upload extends EventTarget {
     })
   }
 
-  /** complete asks ferry to merge; it returns the parts to send again when S3 lacks some. */
+  /**
+   * complete asks ferry to complete the upload with the whole file's
+   * CRC32C, which S3 checks, and its SHA-256; it returns the parts to send
+   * again when S3 lacks some.
+   */
   async complete() {
     this.setState('completing')
+    await this.hashed
+    if (this.declaring) await this.declaring
+    if (this.halted()) return null
     const parts = [...this.etags].sort((x, y) => x[0] - y[0]).map(([n, etag]) => ({ part_number: n, etag }))
+    const body = { parts, sha256: this.sha256 }
+    if (this.checksum) body.checksum_crc32c = this.crc32c
     try {
-      await this.client.api('POST', `/uploads/${this.uploadId}/complete`, { parts })
+      await this.retrying(() => this.client.api('POST', `/uploads/${this.uploadId}/complete`, body))
       return null
     } catch (err) {
+      if (err.code === 'sha256_mismatch') {
+        this.startOver()
+        return null
+      }
       if (err.code !== 'parts_incomplete' || (this.completeRetries = (this.completeRetries || 0) + 1) > 3) throw err
       const again = new Set([...(err.problem.missing_parts || []), ...(err.problem.bad_parts || [])])
-      return (await this.client.api('GET', '/uploads/' + this.uploadId)).parts.filter((p) => !again.has(p.part_number))
+      return (await this.retrying(() => this.client.api('GET', '/uploads/' + this.uploadId))).parts.filter((p) => !again.has(p.part_number))
     }
   }
 
-  /** poll follows the merge until the upload is verified or failed. */
-  async poll() {
+  /**
+   * wait follows the completion until success or failure, each request
+   * held open by ferry until the upload's state changes.
+   */
+  async wait() {
     this.setState('merging')
-    for (let i = 0; ; i++) {
+    for (;;) {
       this.checkStopped()
-      let st
-      try {
-        st = await this.client.api('GET', '/uploads/' + this.uploadId)
-      } catch (err) {
-        if (!err.retryable) throw err
-        await sleep(backoff(Math.min(i + 1, 5)))
-        continue
-      }
+      const asked = performance.now()
+      const st = await this.retrying(() => this.client.api('GET', `/uploads/${this.uploadId}?wait=${waitFor}`))
       if (st.state === 'success' || st.state === 'failed') return this.finish(st)
-      await sleep(Math.min(this.pollInterval * (1 + Math.floor(i / 10)), 5000))
+      if (st.state !== 'pending' && st.state !== 'merging') {
+        throw new FerryError(`the upload was ${st.state} while it completed`, { code: 'upload_' + st.state })
+      }
+      // A ferry that does not hold the request open: poll instead.
+      if (performance.now() - asked < 1000) await sleep(this.pollInterval)
     }
   }
 
   finish(st) {
+    if (this.hashing) this.hashing.cancel()
     this.result = st
     this.bytesDone = this.file.size
-    if (st.state === 'success') this.progress('uploading')
+    if (st.state === 'success') this.progress('uploading', true)
     this.setState(st.state)
     if (st.state === 'failed') {
       this.error = new FerryError(st.error || 'the upload failed verification', { code: 'upload_failed' })
@@ -471,18 +838,24 @@ export class Upload extends EventTarget {
     return st
   }
 
-  /** progress emits bytes done (with the parts in flight), the rate over the last seconds and the ETA. */
-  progress(phase, done, total = this.file.size) {
-    if (phase === 'uploading') {
-      done = this.bytesDone
-      for (const { loaded } of this.inflight.values()) done += loaded
-    }
+  /**
+   * progress emits bytes done (with the parts in flight), the rate over
+   * the last seconds and the ETA: at most every 100 ms unless forced (a
+   * part done, the start, the end), since several PUTs report their
+   * progress far more often than a page can show it.
+   */
+  progress(phase, force = false) {
     const now = performance.now()
+    if (!force && now - this.lastProgress < 100) return
+    this.lastProgress = now
+    const total = this.file.size
+    let done = phase === 'uploading' ? this.bytesDone : this.bytesHashed
+    if (phase === 'uploading') for (const { loaded } of this.inflight.values()) done += loaded
     this.samples.push([now, done])
     while (this.samples.length > 2 && now - this.samples[0][0] > 5000) this.samples.shift()
     const [t0, b0] = this.samples[0]
     const rate = now - t0 > 200 ? ((done - b0) * 1000) / (now - t0) : 0
     const eta = rate > 0 ? (total - done) / rate : null
-    this.emit('progress', { phase, bytesDone: done, bytesTotal: total, rate, eta })
+    this.emit('progress', { phase, bytesDone: done, bytesTotal: total, rate, eta, bytesHashed: this.bytesHashed })
   }
 }

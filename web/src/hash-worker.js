@@ -1,21 +1,79 @@
-// The hashing worker: SHA-256 of a whole file and MD5 of each of its parts
-// in one streaming pass, off the page's main thread. Memory is one chunk
-// at a time whatever the file's size.
+// The hashing worker: one sequential read of a file that gives each part's
+// CRC32C as soon as the part is read (so it can be signed and sent while
+// the rest is read), and at the end the whole file's CRC32C and SHA-256.
+// It runs off the page's main thread.
 //
-// Messages in:  {id, op: "file", file, partSize}
-//               {id, op: "md5", blob}          one part, base64 MD5
-//               {id, op: "sha256", blob}       one range, hex SHA-256
-// Messages out: {id, progress: bytesHashed}
+// SHA-256 is the slow hash (a few hundred MiB/s in WebAssembly, against
+// GiB/s for CRC32C), and only complete needs it, so a second instance of
+// this worker computes it: the reader hands it each chunk it has read and
+// CRC'd (transferred, not copied) over a MessagePort, and the part PUTs
+// wait only for the read and the CRC32C. The reader stays at most
+// shaAhead chunks ahead of the SHA-256, so memory is bounded whatever the
+// file's size.
+//
+// Messages in:  {id, op: "file", file, partSize, md5, port}  stream a whole
+//                      file; port (optional) leads to a "sha" worker
+//               {op: "sha", port}      be the SHA-256 side of a stream
+//               {id, op: "md5on"}      from the next part on, MD5s too
+//               {id, op: "cancel"}     stop a "file" job
+//               {id, op: "part", blob, md5}  one part: {crc32c, md5?}
+//               {id, op: "sha256", blob}     one range, hex SHA-256
+// Messages out: {id, part: {n, crc32c, md5?}}   a "file" job's part n
+//               {id, progress: bytesHashed}
 //               {id, result} or {id, error}
+// Digests are base64 (as S3's headers take them) except SHA-256 (hex).
 
-import { createMD5, createSHA256 } from 'hash-wasm'
+import { createCRC32, createMD5, createSHA256 } from 'hash-wasm'
 
-const chunkSize = 4 << 20
+const chunkSize = 8 << 20 // one part at the default layout; larger reads cost less per byte
+const shaAhead = 2 // chunks handed to the SHA-256 worker and not yet hashed
+const castagnoli = 0x82f63b78 // hash-wasm's CRC-32 with this polynomial is CRC32C
+
+const jobs = new Map() // id of a running "file" job → its switches
 
 function base64(bytes) {
   let s = ''
   for (const b of bytes) s += String.fromCharCode(b)
   return btoa(s)
+}
+
+function crcBytes(v) {
+  return new Uint8Array([v >>> 24, (v >>> 16) & 0xff, (v >>> 8) & 0xff, v & 0xff])
+}
+
+// multmodp and x2nmodp are zlib's CRC combination (crc32.c) for the
+// Castagnoli polynomial: the whole file's CRC32C follows from its parts'
+// CRCs and lengths, so the bytes go through one CRC, not two.
+function multmodp(a, b) {
+  let m = 1 << 31
+  let p = 0
+  for (;;) {
+    if (a & m) {
+      p ^= b
+      if ((a & (m - 1)) === 0) break
+    }
+    m >>>= 1
+    b = b & 1 ? (b >>> 1) ^ castagnoli : b >>> 1
+  }
+  return p >>> 0
+}
+
+const x2n = []
+for (let k = 0, p = 1 << 30; k < 32; k++, p = multmodp(p, p)) x2n.push(p) // x^(2^k) mod P
+
+// x2nmodp is x^(n·2^k) mod P; n may exceed 32 bits (parts go up to 5 GiB).
+function x2nmodp(n, k) {
+  let p = 1 << 31 // x^0
+  for (; n > 0; n = Math.floor(n / 2), k++) if (n % 2) p = multmodp(x2n[k & 31], p)
+  return p
+}
+
+function crc32cCombine(crc1, crc2, len2) {
+  return (multmodp(x2nmodp(len2, 3), crc1) ^ crc2) >>> 0
+}
+
+function crcValue(digest) {
+  return ((digest[0] << 24) | (digest[1] << 16) | (digest[2] << 8) | digest[3]) >>> 0
 }
 
 // chunks lists the [start, end) ranges to read: chunkSize at most, never
@@ -24,40 +82,115 @@ function chunks(size, partSize) {
   const out = []
   for (let start = 0; start < size; start += partSize) {
     const end = Math.min(start + partSize, size)
-    for (let off = start; off < end; off += chunkSize) out.push([off, Math.min(off + chunkSize, end), start])
+    for (let off = start; off < end; off += chunkSize) out.push([off, Math.min(off + chunkSize, end), start, end])
   }
   return out
 }
 
-// Reading a File is an asynchronous trip to the browser process, as slow
-// as hashing; the next chunk is always being read while one is hashed.
-async function hashFile(id, file, partSize) {
+// shaSide is where a stream's chunks go for the SHA-256: the worker at the
+// other end of port, or, without one, this thread.
+async function shaSide(port) {
+  if (!port) {
+    const sha = await createSHA256()
+    sha.init()
+    return { push: async (buf) => { sha.update(new Uint8Array(buf)) }, digest: async () => sha.digest('hex'), close() {} }
+  }
+  let outstanding = 0
+  let wake = null
+  let digested
+  const digest = new Promise((resolve) => { digested = resolve })
+  port.onmessage = (ev) => {
+    if (ev.data.hashed) {
+      outstanding--
+      if (wake) wake()
+    }
+    if (ev.data.sha256) digested(ev.data.sha256)
+  }
+  return {
+    async push(buf) {
+      while (outstanding >= shaAhead) await new Promise((resolve) => { wake = resolve })
+      wake = null
+      outstanding++
+      port.postMessage({ buf }, [buf])
+    },
+    digest() {
+      port.postMessage({ end: true })
+      return digest
+    },
+    close() {
+      port.postMessage({ end: true })
+      port.close()
+    },
+  }
+}
+
+// shaPort is the SHA-256 side of a stream: it hashes the chunks that come
+// on port, acknowledging each, and answers the digest at the end.
+async function shaPort(port) {
   const sha = await createSHA256()
-  const md5 = await createMD5()
   sha.init()
-  const md5s = []
-  const list = chunks(file.size, partSize)
-  const read = (i) => (i < list.length ? file.slice(list[i][0], list[i][1]).arrayBuffer() : null)
-  let next = read(0)
-  let done = 0
-  let lastReport = 0
-  for (let i = 0; i < list.length; i++) {
-    const buf = new Uint8Array(await next)
-    next = read(i + 1)
-    const [off, end, partStart] = list[i]
-    if (off === partStart) md5.init()
-    sha.update(buf)
-    md5.update(buf)
-    if (end === Math.min(partStart + partSize, file.size)) md5s.push(base64(md5.digest('binary')))
-    done += buf.length
-    const now = Date.now()
-    if (now - lastReport > 100) {
-      lastReport = now
-      postMessage({ id, progress: done })
+  port.onmessage = (ev) => {
+    if (ev.data.buf) {
+      sha.update(new Uint8Array(ev.data.buf))
+      port.postMessage({ hashed: true })
+    } else if (ev.data.end) {
+      port.postMessage({ sha256: sha.digest('hex') })
+      port.close()
     }
   }
-  postMessage({ id, progress: done })
-  return { sha256: sha.digest('hex'), md5s }
+}
+
+// Reading a File is an asynchronous trip to the browser process, as slow
+// as hashing; the next chunk is always being read while one is hashed.
+async function hashFile(id, file, partSize, md5On, port) {
+  const job = { md5: md5On, cancelled: false }
+  jobs.set(id, job)
+  const sha = await shaSide(port)
+  try {
+    const crc = await createCRC32(castagnoli)
+    const md5 = await createMD5()
+    let whole = 0
+    let withMD5 = false
+    const list = chunks(file.size, partSize)
+    const read = (i) => (i < list.length ? file.slice(list[i][0], list[i][1]).arrayBuffer() : null)
+    let next = read(0)
+    let done = 0
+    let lastReport = 0
+    for (let i = 0; i < list.length; i++) {
+      const buf = new Uint8Array(await next)
+      if (job.cancelled) throw new Error('cancelled')
+      next = read(i + 1)
+      const [off, end, partStart, partEnd] = list[i]
+      if (off === partStart) {
+        crc.init()
+        withMD5 = job.md5
+        if (withMD5) md5.init()
+      }
+      crc.update(buf)
+      if (withMD5) md5.update(buf)
+      if (end === partEnd) {
+        const d = crc.digest('binary')
+        whole = partStart === 0 ? crcValue(d) : crc32cCombine(whole, crcValue(d), partEnd - partStart)
+        const part = { n: partStart / partSize + 1, crc32c: base64(d) }
+        if (withMD5) part.md5 = base64(md5.digest('binary'))
+        postMessage({ id, part })
+      }
+      done += buf.length
+      await sha.push(buf.buffer) // after the CRCs: the buffer moves to the other worker
+      const now = Date.now()
+      if (now - lastReport > 100) {
+        lastReport = now
+        postMessage({ id, progress: done })
+      }
+    }
+    postMessage({ id, progress: done })
+    return { sha256: await sha.digest(), crc32c: base64(crcBytes(file.size ? whole : 0)) }
+  } catch (err) {
+    sha.close()
+    throw err
+  } finally {
+    jobs.delete(id)
+  }
 }
 
 async function hashBlob(blob, create, encoding) {
@@ -70,12 +203,36 @@ async function hashBlob(blob, create, encoding) {
   return encoding === 'binary' ? base64(d) : d
 }
 
+// hashPart digests one part on its own: for parts of another layout than
+// the streamed one, or MD5s the stream passed before they were asked for.
+async function hashPart(blob, withMD5) {
+  const crc = await createCRC32(castagnoli)
+  const md5 = await createMD5()
+  crc.init()
+  md5.init()
+  for (let off = 0; off < blob.size; off += chunkSize) {
+    const buf = new Uint8Array(await blob.slice(off, off + chunkSize).arrayBuffer())
+    crc.update(buf)
+    if (withMD5) md5.update(buf)
+  }
+  const out = { crc32c: base64(crc.digest('binary')) }
+  if (withMD5) out.md5 = base64(md5.digest('binary'))
+  return out
+}
+
 self.onmessage = async (ev) => {
   const { id, op } = ev.data
+  if (op === 'sha') return shaPort(ev.data.port)
+  if (op === 'md5on' || op === 'cancel') {
+    const job = jobs.get(id)
+    if (job && op === 'md5on') job.md5 = true
+    if (job && op === 'cancel') job.cancelled = true
+    return
+  }
   try {
     let result
-    if (op === 'file') result = await hashFile(id, ev.data.file, ev.data.partSize)
-    else if (op === 'md5') result = await hashBlob(ev.data.blob, createMD5, 'binary')
+    if (op === 'file') result = await hashFile(id, ev.data.file, ev.data.partSize, !!ev.data.md5, ev.data.port)
+    else if (op === 'part') result = await hashPart(ev.data.blob, !!ev.data.md5)
     else if (op === 'sha256') result = await hashBlob(ev.data.blob, createSHA256, 'hex')
     else throw new Error('unknown op ' + op)
     postMessage({ id, result })

@@ -1,0 +1,94 @@
+package e2e
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/pb33f/libopenapi"
+	validator "github.com/pb33f/libopenapi-validator"
+)
+
+// The contract client fails an exchange the document does not describe,
+// and only that: here a stand-in answers as told, so each case shows one
+// kind of mismatch the e2e suites would catch in ferry's answers.
+func TestContractClientCatchesMismatches(t *testing.T) {
+	var status int
+	var ctype, body string
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", ctype)
+		w.WriteHeader(status)
+		w.Write([]byte(body))
+	}))
+	defer ts.Close()
+	hc := newContractClient(ts.URL)
+	problem := `{"type":"about:blank","title":"Bad Request","status":400,"code":"invalid_json","detail":"x"}`
+	tests := []struct {
+		name, method, path string
+		reqBody            any
+		status             int
+		ctype, body        string
+		wantErr            string
+	}{
+		{"described answer", "GET", "/healthz", nil, 200, "application/json; charset=utf-8", `{"status":"ok"}`, ""},
+		{"wrong body", "GET", "/healthz", nil, 200, "application/json", `{"status":"fine"}`, "not as server/openapi.yaml says"},
+		{"extra field", "GET", "/healthz", nil, 200, "application/json", `{"status":"ok","uptime":1}`, "not as server/openapi.yaml says"},
+		{"undocumented status", "DELETE", "/files/f1", nil, 200, "application/json", `{}`, "not as server/openapi.yaml says"},
+		{"problem as plain JSON", "GET", "/files/f1", nil, 404, "application/json", problem, "not as server/openapi.yaml says"},
+		{"refused request, refused answer", "POST", "/admin/users", map[string]any{"nmae": "x"}, 400, "application/problem+json", problem, ""},
+		{"refused request, accepted", "POST", "/admin/users", map[string]any{"nmae": "x"}, 201, "application/json", `{}`, "which server/openapi.yaml refuses"},
+		{"undocumented route served", "GET", "/nowhere", nil, 200, "application/json", `{}`, "which server/openapi.yaml refuses"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			status, ctype, body = tc.status, tc.ctype, tc.body
+			_, err := send(context.Background(), hc, ts.URL, tc.method, tc.path, "fry_x", tc.reqBody)
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Fatalf("unexpected mismatch: %v", err)
+			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+				t.Fatalf("err = %v, want %q", err, tc.wantErr)
+			}
+		})
+	}
+	// Other hosts (the bucket's presigned URLs) are not checked.
+	other := newContractClient("http://127.0.0.1:1")
+	status, ctype, body = 200, "application/json", `{"anything":true}`
+	if _, err := send(context.Background(), other, ts.URL, "GET", "/healthz", "", nil); err != nil {
+		t.Fatalf("another host's answer was checked: %v", err)
+	}
+}
+
+// The binary serves the contract: /openapi.json is a valid OpenAPI 3.1
+// document by the specification's schema, and /docs the reference page
+// whose script ferry serves itself.
+func TestOpenAPIServedByFerry(t *testing.T) {
+	f := Start(t, Options{})
+	r := f.Do("GET", "/openapi.json", "", nil)
+	if r.Status != 200 {
+		t.Fatalf("GET /openapi.json = %d", r.Status)
+	}
+	doc, err := libopenapi.NewDocument(r.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := doc.GetVersion(); !strings.HasPrefix(v, "3.1.") {
+		t.Fatalf("openapi %q, want 3.1.x", v)
+	}
+	v, errs := validator.NewValidator(doc)
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	if ok, verrs := v.ValidateDocument(); !ok {
+		t.Fatalf("/openapi.json is not valid OpenAPI 3.1:\n%s", describe(verrs))
+	}
+	page := f.Do("GET", "/docs", "", nil)
+	if page.Status != 200 || !strings.Contains(string(page.Body), `src="/assets/redoc.standalone.js"`) {
+		t.Fatalf("GET /docs = %d %.200s", page.Status, page.Body)
+	}
+	if js := f.Do("GET", "/assets/redoc.standalone.js", "", nil); js.Status != 200 || len(js.Body) < 100_000 {
+		t.Fatalf("the reference page's script: %d, %d bytes", js.Status, len(js.Body))
+	}
+}

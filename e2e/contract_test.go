@@ -1,0 +1,175 @@
+package e2e
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+
+	"github.com/pb33f/libopenapi"
+	validator "github.com/pb33f/libopenapi-validator"
+	"github.com/pb33f/libopenapi-validator/config"
+	verrors "github.com/pb33f/libopenapi-validator/errors"
+
+	"github.com/ferry-io/ferry/server"
+)
+
+// The API contract (server/openapi.yaml) checked on the e2e traffic: the
+// harness's client (Ferry.HTTP, behind Ferry.Do) sends every request to
+// ferry through contractTransport, which validates the request and the
+// answer against the document. A request the document accepts must get an
+// answer it describes (status, content type, body schema); a request the
+// document refuses (tests send bad input on purpose) must get a 4xx, so a
+// request ferry takes that the document does not describe still fails.
+// Requests to other hosts (presigned URLs to the bucket) pass unchecked.
+
+var (
+	contractOnce sync.Once
+	contractV    validator.Validator
+	contractErr  error
+	// contractMu serialises validation: the validator caches compiled
+	// schemas, and the tests send from many goroutines.
+	contractMu sync.Mutex
+)
+
+// contractValidator is the validator over the document ferry serves at
+// /openapi.json, built once per test process.
+func contractValidator() (validator.Validator, error) {
+	contractOnce.Do(func() {
+		raw, err := server.OpenAPIJSON()
+		if err != nil {
+			contractErr = err
+			return
+		}
+		doc, err := libopenapi.NewDocument(raw)
+		if err != nil {
+			contractErr = err
+			return
+		}
+		v, errs := validator.NewValidator(doc, config.WithFormatAssertions())
+		if len(errs) > 0 {
+			contractErr = errors.Join(errs...)
+			return
+		}
+		contractV = v
+	})
+	return contractV, contractErr
+}
+
+// contractTransport validates the exchanges with the ferry at origin.
+type contractTransport struct {
+	origin string // scheme://host:port of the ferry under test
+	base   http.RoundTripper
+}
+
+// newContractClient is an HTTP client whose exchanges with ferry at
+// origin are held to the document.
+func newContractClient(origin string) *http.Client {
+	return &http.Client{Transport: &contractTransport{origin: origin, base: http.DefaultTransport}}
+}
+
+func (t *contractTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.URL.Scheme+"://"+req.URL.Host != t.origin {
+		return t.base.RoundTrip(req)
+	}
+	var reqBody []byte
+	if req.Body != nil && req.Body != http.NoBody {
+		b, err := io.ReadAll(req.Body)
+		req.Body.Close()
+		if err != nil {
+			return nil, err
+		}
+		reqBody = b
+		req.Body = io.NopCloser(bytes.NewReader(b))
+		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }
+	}
+	resp, err := t.base.RoundTrip(req)
+	if err != nil {
+		return nil, err
+	}
+	// The copy the validator reads; the caller gets req and resp intact.
+	vreq := req.Clone(req.Context())
+	vreq.Body = io.NopCloser(bytes.NewReader(reqBody))
+	vresp := *resp
+	vresp.Body = http.NoBody
+	if checkedBody(resp) {
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return nil, err
+		}
+		resp.Body = io.NopCloser(bytes.NewReader(b))
+		vresp.Body = io.NopCloser(bytes.NewReader(b))
+	}
+	if err := checkExchange(vreq, &vresp); err != nil {
+		resp.Body.Close()
+		return nil, err
+	}
+	return resp, nil
+}
+
+// checkedBody says whether resp's body is read and validated: JSON
+// answers (problems included). Others (downloads, the UI's files) stream
+// on untouched and are checked for status and content type only.
+func checkedBody(resp *http.Response) bool {
+	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	return mt == "application/json" || mt == "application/problem+json"
+}
+
+// checkExchange holds one request and its answer to the document.
+func checkExchange(req *http.Request, resp *http.Response) error {
+	v, err := contractValidator()
+	if err != nil {
+		return fmt.Errorf("openapi contract: %w", err)
+	}
+	contractMu.Lock()
+	defer contractMu.Unlock()
+	reqOK, reqErrs := v.ValidateHttpRequestSync(req)
+	if !reqOK {
+		if resp.StatusCode >= 400 && resp.StatusCode < 500 {
+			return nil // refused by both
+		}
+		return fmt.Errorf("openapi contract: ferry answered %d to %s %s, which server/openapi.yaml refuses:\n%s",
+			resp.StatusCode, req.Method, redact(req.URL), describe(reqErrs))
+	}
+	if ok, errs := v.ValidateHttpResponse(req, resp); !ok {
+		return fmt.Errorf("openapi contract: %s %s answered %d %s, not as server/openapi.yaml says:\n%s",
+			req.Method, redact(req.URL), resp.StatusCode, resp.Header.Get("Content-Type"), describe(errs))
+	}
+	return nil
+}
+
+// redact keeps signatures and tickets out of test logs.
+func redact(u *url.URL) string {
+	p := u.Path
+	if strings.HasPrefix(p, "/tickets/") {
+		if rest, ok := strings.CutPrefix(p, "/tickets/"); ok {
+			if i := strings.Index(rest, "/"); i > 0 {
+				p = "/tickets/{ticket}" + rest[i:]
+			}
+		}
+	}
+	if u.RawQuery != "" && strings.Contains(u.RawQuery, "sig=") {
+		return p + "?…"
+	}
+	if u.RawQuery != "" {
+		return p + "?" + u.RawQuery
+	}
+	return p
+}
+
+func describe(errs []*verrors.ValidationError) string {
+	var b strings.Builder
+	for _, e := range errs {
+		fmt.Fprintf(&b, "  - %s: %s\n", e.Message, e.Reason)
+		for _, se := range e.SchemaValidationErrors {
+			fmt.Fprintf(&b, "      %s (at %s)\n", se.Reason, se.FieldPath+" "+se.KeywordLocation)
+		}
+	}
+	return b.String()
+}

@@ -1,0 +1,537 @@
+package export
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/klauspost/compress/gzip"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/ferry-io/ferry/chat"
+	"github.com/ferry-io/ferry/models"
+	"github.com/ferry-io/ferry/s3store"
+)
+
+// How a run moves shards. Four stages work at once, joined by channels
+// that hold one window (windowShards shards, or about windowBytes) each:
+//
+//  1. The producer walks the plan in order. A recorded shard is read from
+//     the bucket and hashed: it is kept when it matches and regenerated
+//     otherwise; an unrecorded one is generated. Shards to generate are
+//     read from the database a run of consecutive shards of one
+//     conversation at a time (one read for up to genMessages messages, not
+//     one per shard), genWorkers reads at once; results are taken in plan
+//     order.
+//  2. The recorder stores a window's new hashes in one statement, before
+//     any of its objects is put (X3: every object ever written is checked
+//     against one recorded hash).
+//  3. The putter puts a window's new objects, putsInFlight at a time, and
+//     then runs the per-shard bookkeeping (hooks, metrics) in plan order.
+//     A window's puts all end before the next window's begin, so a crash
+//     leaves written shards only in the windows it reached.
+//  4. The assembler streams every shard's bytes, in plan order, through
+//     gzip into the artifact's multipart upload while hashing. It takes
+//     them from memory, so no shard is read back from the bucket.
+//
+// Memory is bounded by the windows in the stages, genWorkers generation
+// batches, and the artifact writer's two part buffers. On two cores the
+// stages keep both busy; what limits a run there is the S3 server's cost
+// per PUT (one per shard) and the database's per read.
+const (
+	windowShards = 32
+	windowBytes  = 4 << 20
+	genMessages  = 1600 // messages one generation read covers, at least one shard's
+	genWorkers   = 3
+	putsInFlight = 16
+)
+
+// Shard results, as counted in metrics and logs.
+const (
+	shardSkipped   = "skipped"   // verified in the bucket as recorded
+	shardWritten   = "written"   // put for the first time, or after it went missing
+	shardRewritten = "rewritten" // found altered in the bucket and put again
+)
+
+// pendingShard is a shard on its way through the stages.
+type pendingShard struct {
+	sh     models.ExportShard
+	result string
+	data   []byte // the shard's bytes, always set once produced
+	sum    string // their SHA-256 hex
+	record bool   // sum is new: record it before the put
+}
+
+// build makes every shard of the plan exist in the bucket with its
+// recorded bytes and assembles the artifact from them, returning its
+// SHA-256 and size. The artifact becomes visible only when every stage
+// ended well; anything else discards what was written of it.
+func (s *Service) build(ctx context.Context, e models.Export, count int, st *runStats, log *slog.Logger) (string, int64, error) {
+	// Uploads a killed run left unfinished would linger until the
+	// bucket's lifecycle rule; abort them now.
+	stale, err := s.store.ListMultipartUploads(ctx, prefix(e.ID))
+	if err != nil {
+		return "", 0, err
+	}
+	for _, u := range stale {
+		if err := s.store.AbortMultipart(ctx, u.Key, u.UploadID); err != nil {
+			return "", 0, err
+		}
+	}
+	var sum string
+	size, err := s.store.WriteObject(ctx, artifactKey(e.ID), "application/gzip", s.opts.PartSize, func(w io.Writer) error {
+		asm, err := s.newAssembler(e, w)
+		if err != nil {
+			return err
+		}
+		if err := s.pipeline(ctx, e, asm, st, log); err != nil {
+			return err
+		}
+		sum, err = asm.close(count)
+		return err
+	})
+	if err != nil {
+		return "", 0, err
+	}
+	return sum, size, nil
+}
+
+// pipeline runs the four stages until every shard is in asm.
+func (s *Service) pipeline(ctx context.Context, e models.Export, asm *assembler, st *runStats, log *slog.Logger) error {
+	g, gctx := errgroup.WithContext(ctx)
+	produced := make(chan []pendingShard, 1)
+	recorded := make(chan []pendingShard, 1)
+	stored := make(chan []pendingShard, 1)
+	g.Go(func() error {
+		defer close(produced)
+		return s.produce(gctx, e, produced)
+	})
+	g.Go(func() error {
+		defer close(recorded)
+		for w := range produced {
+			if err := s.record(gctx, e.ID, w); err != nil {
+				return err
+			}
+			if err := send(gctx, recorded, w); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	g.Go(func() error {
+		defer close(stored)
+		for w := range recorded {
+			if err := s.putWindow(gctx, e, w, st, log); err != nil {
+				return err
+			}
+			if err := send(gctx, stored, w); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	g.Go(func() error {
+		for w := range stored {
+			for _, p := range w {
+				if err := asm.add(p); err != nil {
+					return fmt.Errorf("assemble: %w", err)
+				}
+			}
+		}
+		return nil
+	})
+	return g.Wait()
+}
+
+// send hands w to the next stage unless the run is ending.
+func send(ctx context.Context, ch chan<- []pendingShard, w []pendingShard) error {
+	select {
+	case ch <- w:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// produce walks the plan and sends windows of produced shards.
+// Up to genWorkers tasks (a batch to generate, or a recorded shard to
+// check) run at once; their results are taken in plan order.
+func (s *Service) produce(ctx context.Context, e models.Export, out chan<- []pendingShard) error {
+	g, gctx := errgroup.WithContext(ctx)
+	tasks := make(chan *task, genWorkers)
+	g.Go(func() error {
+		defer close(tasks)
+		return s.schedule(gctx, e, tasks)
+	})
+	g.Go(func() error {
+		var window []pendingShard
+		buffered := 0
+		flush := func() error {
+			if err := send(gctx, out, window); err != nil {
+				return err
+			}
+			window, buffered = nil, 0
+			return nil
+		}
+		for t := range tasks {
+			select {
+			case <-t.done:
+			case <-gctx.Done():
+				return gctx.Err()
+			}
+			if t.err != nil {
+				return t.err
+			}
+			for _, p := range t.shards {
+				window = append(window, p)
+				buffered += len(p.data)
+				if len(window) >= windowShards || buffered >= windowBytes {
+					if err := flush(); err != nil {
+						return err
+					}
+				}
+			}
+		}
+		if len(window) > 0 {
+			return flush()
+		}
+		return nil
+	})
+	return g.Wait()
+}
+
+// task produces one or more consecutive shards of the plan.
+type task struct {
+	shards []pendingShard
+	check  bool // one recorded shard: fetch and verify it, regenerate if need be
+	err    error
+	done   chan struct{}
+}
+
+// schedule walks the plan, sends its tasks in order and starts them, at
+// most genWorkers at a time.
+func (s *Service) schedule(ctx context.Context, e models.Export, tasks chan<- *task) error {
+	sem := make(chan struct{}, genWorkers)
+	start := func(t *task) error {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		t.done = make(chan struct{})
+		go func() {
+			defer func() { <-sem; close(t.done) }()
+			t.err = s.runTask(ctx, e, t)
+		}()
+		select {
+		case tasks <- t:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	var batch []pendingShard // consecutive shards of one conversation to generate
+	batched := 0             // their messages
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		t := &task{shards: batch}
+		batch, batched = nil, 0
+		return start(t)
+	}
+	err := s.eachShard(ctx, e.ID, func(sh models.ExportShard) error {
+		p := pendingShard{sh: sh, result: shardWritten}
+		if sh.SHA256 != nil {
+			// Tasks are taken in plan order: the batch before this
+			// shard goes first.
+			if err := flush(); err != nil {
+				return err
+			}
+			return start(&task{shards: []pendingShard{p}, check: true})
+		}
+		if len(batch) > 0 && (batch[0].sh.ConversationID != sh.ConversationID || batched+sh.Messages > genMessages) {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+		batch = append(batch, p)
+		batched += sh.Messages
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return flush()
+}
+
+// runTask fills in t's shards: a recorded shard is kept when its object
+// matches the record and regenerated otherwise; a batch is generated.
+func (s *Service) runTask(ctx context.Context, e models.Export, t *task) error {
+	if t.check {
+		p := &t.shards[0]
+		data, state, err := s.fetch(ctx, shardKey(e.ID, p.sh.N), *p.sh.SHA256)
+		if err != nil {
+			return err
+		}
+		switch state {
+		case objectVerified:
+			p.result, p.data, p.sum = shardSkipped, data, *p.sh.SHA256
+			return nil
+		case objectAltered:
+			p.result = shardRewritten
+		}
+	}
+	return s.generate(ctx, e, t.shards)
+}
+
+// generate renders batch, consecutive shards of one conversation, from
+// one read of their messages. A shard that renders to other bytes than
+// recorded is a NondeterministicError.
+func (s *Service) generate(ctx context.Context, e models.Export, batch []pendingShard) error {
+	first, last := batch[0].sh, batch[len(batch)-1].sh
+	r := chat.Range{Conversation: first.ConversationID, Reader: snapshotReader(e.ID), AsOf: e.SnapshotGseq, FromSeq: first.FirstSeq, ToSeq: last.LastSeq}
+	visible := 0
+	for _, p := range batch {
+		visible += p.sh.Messages
+	}
+	read := chat.ReadMessages
+	if last.LastSeq-first.FirstSeq+1 <= 2*int64(visible) {
+		// The plan counted the visible messages: most of the span is
+		// visible, so one read of the span is cheaper than a key scan
+		// first.
+		read = chat.ReadSpan
+	}
+	msgs, err := read(ctx, s.db, r)
+	if err != nil {
+		return err
+	}
+	for i := range batch {
+		p := &batch[i]
+		n := 0
+		for n < len(msgs) && msgs[n].Seq <= p.sh.LastSeq {
+			n++
+		}
+		b, err := s.render(e, p.sh, msgs[:n])
+		if err != nil {
+			return err
+		}
+		msgs = msgs[n:]
+		sum := sha256.Sum256(b)
+		p.data, p.sum = b, hex.EncodeToString(sum[:])
+		if p.sh.SHA256 != nil && *p.sh.SHA256 != p.sum {
+			return &NondeterministicError{Shard: p.sh.N, Recorded: *p.sh.SHA256, Got: p.sum}
+		}
+		p.record = p.sh.SHA256 == nil
+	}
+	return nil
+}
+
+// render writes shard sh's messages as JSON Lines. The output depends only
+// on the snapshot and the data at or below it, never on the run.
+func (s *Service) render(e models.Export, sh models.ExportShard, msgs []chat.Message) ([]byte, error) {
+	if len(msgs) != sh.Messages {
+		return nil, &NondeterministicError{Shard: sh.N, RecordedMsgs: sh.Messages, GotMsgs: len(msgs), messagesDiffer: true}
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	for _, m := range msgs {
+		l := line{Attachments: m.Attachments, Body: m.Body, Conv: m.Conversation, Gseq: m.Gseq, Recalled: m.Recalled,
+			Sender: m.Sender, SentAt: m.SentAt.UTC().Format(sentAtLayout), Seq: m.Seq}
+		if l.Attachments == nil {
+			l.Attachments = []string{}
+		}
+		if err := enc.Encode(l); err != nil {
+			return nil, err
+		}
+	}
+	b := buf.Bytes()
+	if h := s.hooks.MutateShard; h != nil {
+		b = h(e.ID, sh.N, b)
+	}
+	return b, nil
+}
+
+// record stores the new hashes of a window in one statement, before any
+// of its objects is put: a crash in between leaves records whose objects
+// are missing, which the next run regenerates and compares. A hash a
+// stale worker recorded meanwhile must agree.
+func (s *Service) record(ctx context.Context, id string, window []pendingShard) error {
+	var ns []int
+	var sums, sizes strings.Builder
+	var sumArgs, sizeArgs []any
+	for _, p := range window {
+		if !p.record {
+			continue
+		}
+		ns = append(ns, p.sh.N)
+		sums.WriteString(" WHEN ? THEN ?")
+		sizes.WriteString(" WHEN ? THEN ?")
+		sumArgs = append(sumArgs, p.sh.N, p.sum)
+		sizeArgs = append(sizeArgs, p.sh.N, len(p.data))
+	}
+	if len(ns) == 0 {
+		return nil
+	}
+	args := append(append(sumArgs, sizeArgs...), id, ns)
+	res := s.db.WithContext(ctx).Exec("UPDATE export_shards SET sha256 = CASE n"+sums.String()+" END, bytes = CASE n"+sizes.String()+
+		" END WHERE export_id = ? AND n IN ? AND sha256 IS NULL", args...)
+	if res.Error != nil {
+		return res.Error
+	}
+	if int(res.RowsAffected) == len(ns) {
+		return nil
+	}
+	var recs []models.ExportShard
+	if err := s.db.WithContext(ctx).Where("export_id = ? AND n IN ?", id, ns).Find(&recs).Error; err != nil {
+		return err
+	}
+	got := map[int]string{}
+	for _, r := range recs {
+		got[r.N] = deref(r.SHA256)
+	}
+	for _, p := range window {
+		if p.record && got[p.sh.N] != p.sum {
+			return &NondeterministicError{Shard: p.sh.N, Recorded: got[p.sh.N], Got: p.sum}
+		}
+	}
+	return nil
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// putWindow puts the window's new and repaired objects, putsInFlight at a
+// time, then reports the writes, and counts each shard and runs its
+// AfterShard hook in plan order.
+func (s *Service) putWindow(ctx context.Context, e models.Export, window []pendingShard, st *runStats, log *slog.Logger) error {
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(putsInFlight)
+	for _, p := range window {
+		if p.result == shardSkipped {
+			continue
+		}
+		g.Go(func() error {
+			return s.store.Put(gctx, shardKey(e.ID, p.sh.N), bytes.NewReader(p.data), int64(len(p.data)), "application/x-ndjson")
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	if h := s.hooks.ShardWritten; h != nil {
+		for _, p := range window {
+			if p.result != shardSkipped {
+				h(e.ID, p.sh.N)
+			}
+		}
+	}
+	for _, p := range window {
+		s.metrics.shards.WithLabelValues(p.result).Inc()
+		switch p.result {
+		case shardWritten:
+			st.written++
+		case shardRewritten:
+			st.rewritten++
+			log.WarnContext(ctx, "export shard rewritten", "shard", p.sh.N)
+		default:
+			st.skipped++
+		}
+		if h := s.hooks.AfterShard; h != nil {
+			if err := h(e.ID, p.sh.N); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// Object states as fetch finds them.
+const (
+	objectVerified = iota
+	objectMissing
+	objectAltered
+)
+
+// fetch reads the object at key and compares its hash with want; the
+// bytes are returned when they match.
+func (s *Service) fetch(ctx context.Context, key, want string) ([]byte, int, error) {
+	rc, err := s.store.Get(ctx, key)
+	if errors.Is(err, s3store.ErrNotFound) {
+		return nil, objectMissing, nil
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(rc)
+	if err != nil {
+		return nil, 0, err
+	}
+	if sum := sha256.Sum256(b); hex.EncodeToString(sum[:]) != want {
+		return nil, objectAltered, nil
+	}
+	return b, objectVerified, nil
+}
+
+// assembler streams shards in order through gzip into the artifact,
+// hashing on the way.
+type assembler struct {
+	s    *Service
+	e    models.Export
+	zw   *gzip.Writer
+	hash hash.Hash
+	seen int
+}
+
+func (s *Service) newAssembler(e models.Export, w io.Writer) (*assembler, error) {
+	a := &assembler{s: s, e: e, hash: sha256.New()}
+	// No name, mtime 0 and OS "unknown", so the bytes depend on the
+	// content alone. (This gzip writes the zero time.Time as its Unix
+	// seconds, not 0: the epoch is set explicitly.)
+	zw, err := gzip.NewWriterLevel(io.MultiWriter(w, a.hash), gzip.DefaultCompression)
+	if err != nil {
+		return nil, err
+	}
+	zw.ModTime = time.Unix(0, 0)
+	zw.OS = 255
+	a.zw = zw
+	return a, nil
+}
+
+// add appends shard p; its bytes were verified or just generated.
+func (a *assembler) add(p pendingShard) error {
+	if _, err := a.zw.Write(p.data); err != nil {
+		return err
+	}
+	a.seen++
+	if h := a.s.hooks.Assembled; h != nil {
+		return h(a.e.ID, p.sh.N)
+	}
+	return nil
+}
+
+// close finishes the gzip stream once all count shards are in, and
+// returns the artifact's SHA-256.
+func (a *assembler) close(count int) (string, error) {
+	if a.seen != count {
+		return "", fmt.Errorf("assemble: the plan has %d shards, %d were found", count, a.seen)
+	}
+	if err := a.zw.Close(); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(a.hash.Sum(nil)), nil
+}

@@ -1,0 +1,340 @@
+package server
+
+import (
+	"encoding/json"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io"
+	"io/fs"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/pb33f/libopenapi"
+	validator "github.com/pb33f/libopenapi-validator"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ferry-io/ferry/chat"
+	"github.com/ferry-io/ferry/download"
+	"github.com/ferry-io/ferry/erasure"
+	"github.com/ferry-io/ferry/errkind"
+	"github.com/ferry-io/ferry/export"
+	"github.com/ferry-io/ferry/internal/testenv"
+	"github.com/ferry-io/ferry/notify"
+	"github.com/ferry-io/ferry/quota"
+	"github.com/ferry-io/ferry/upload"
+	"github.com/ferry-io/ferry/users"
+	"github.com/ferry-io/ferry/web"
+)
+
+// fullServer is ferry's router with every optional part wired, as
+// `ferry serve` runs it. Registering routes reads only whether each
+// service is there, never calls it, so empty values stand in for the
+// services; no request is sent to this router.
+func fullServer(t *testing.T) *Server {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	s, err := New(Deps{
+		Log: testenv.Logger(t), Users: &users.Service{}, Webhooks: &notify.Service{}, Uploads: &upload.Service{},
+		Downloads: &download.Service{}, Links: &download.Links{}, Chat: &chat.Service{}, Exports: &export.Service{},
+		Quotas: &quota.Service{}, Erasure: &erasure.Service{}, Web: web.Assets(), Gatherer: reg, Registerer: reg, MaxBodyBytes: 1 << 10,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// routeParam is a gin path parameter (:id) or catch-all (*file).
+var routeParam = regexp.MustCompile(`[:*]([A-Za-z_][A-Za-z0-9_]*)`)
+
+// engineOperations are the router's routes as "METHOD /path/{param}".
+func engineOperations(s *Server) []string {
+	var out []string
+	for _, r := range s.engine.Routes() {
+		out = append(out, r.Method+" "+routeParam.ReplaceAllString(r.Path, "{$1}"))
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// documentOperations are the document's operations as "METHOD /path".
+func documentOperations(t *testing.T) []string {
+	t.Helper()
+	raw, err := OpenAPIJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Paths map[string]map[string]json.RawMessage `json:"paths"`
+	}
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for path, item := range doc.Paths {
+		for method := range item {
+			switch method {
+			case "get", "put", "post", "delete", "options", "head", "patch", "trace":
+				out = append(out, strings.ToUpper(method)+" "+path)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Every route ferry registers is in the document, and the document
+// describes no route ferry does not register.
+func TestOpenAPIDescribesEveryRoute(t *testing.T) {
+	routes := engineOperations(fullServer(t))
+	documented := documentOperations(t)
+	if len(routes) < 70 {
+		t.Fatalf("only %d routes registered; is every service wired?", len(routes))
+	}
+	for _, r := range routes {
+		if !slices.Contains(documented, r) {
+			t.Errorf("route %s is not in server/openapi.yaml", r)
+		}
+	}
+	for _, d := range documented {
+		if !slices.Contains(routes, d) {
+			t.Errorf("server/openapi.yaml documents %s, which ferry does not register", d)
+		}
+	}
+}
+
+// The check above would pass on two empty lists; it does fail when the
+// router gains a route the document lacks.
+func TestOpenAPIRouteCheckSeesAnExtraRoute(t *testing.T) {
+	s := fullServer(t)
+	s.engine.GET("/undocumented/:id", func(*gin.Context) {})
+	if slices.Contains(documentOperations(t), "GET /undocumented/{id}") ||
+		!slices.Contains(engineOperations(s), "GET /undocumented/{id}") {
+		t.Fatal("an extra route is not told apart")
+	}
+}
+
+// The document is OpenAPI 3.1 by the specification's own schema, every
+// $ref resolves, and operation ids are unique.
+func TestOpenAPIDocumentIsValid31(t *testing.T) {
+	raw, err := OpenAPIJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := libopenapi.NewDocument(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := doc.GetVersion(); !strings.HasPrefix(v, "3.1.") {
+		t.Fatalf("openapi %q, want 3.1.x", v)
+	}
+	model, err := doc.BuildV3Model()
+	if err != nil {
+		t.Fatalf("build the model: %v", err)
+	}
+	v, errs := validator.NewValidator(doc)
+	if len(errs) > 0 {
+		t.Fatalf("validator: %v", errs)
+	}
+	if ok, verrs := v.ValidateDocument(); !ok {
+		for _, e := range verrs {
+			t.Errorf("%s: %s", e.Message, e.Reason)
+			for _, se := range e.SchemaValidationErrors {
+				t.Errorf("  %s at %s", se.Reason, se.FieldPath+" "+se.KeywordLocation)
+			}
+		}
+	}
+	ids := map[string]string{}
+	for path, item := range model.Model.Paths.PathItems.FromOldest() {
+		for method, op := range item.GetOperations().FromOldest() {
+			if op.OperationId == "" {
+				t.Errorf("%s %s has no operationId", method, path)
+			}
+			if prev, dup := ids[op.OperationId]; dup {
+				t.Errorf("operationId %s on %s and %s %s", op.OperationId, prev, method, path)
+			}
+			ids[op.OperationId] = method + " " + path
+		}
+	}
+}
+
+// GET /openapi.json is the YAML converted, /openapi.yaml the source, and
+// /docs the reference page with its script served from ferry itself.
+func TestOpenAPIServed(t *testing.T) {
+	db := testenv.NewDB(t, "sqlite")
+	reg := prometheus.NewRegistry()
+	s, err := New(Deps{Log: testenv.Logger(t), Users: testenv.Must(users.New(users.Config{DB: db.DB, Now: time.Now, SessionTTL: time.Hour})), Gatherer: reg, Registerer: reg,
+		MaxBodyBytes: 1 << 10, Web: web.Assets()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(s.Handler())
+	defer ts.Close()
+	get := func(path string) (*http.Response, string) {
+		resp, err := http.Get(ts.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp, string(b)
+	}
+	resp, body := get("/openapi.json")
+	var doc map[string]any
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "application/json" || json.Unmarshal([]byte(body), &doc) != nil {
+		t.Fatalf("/openapi.json: %d %q %.100s", resp.StatusCode, resp.Header.Get("Content-Type"), body)
+	}
+	if want, _ := OpenAPIJSON(); body != string(want) {
+		t.Fatal("/openapi.json is not the converted document")
+	}
+	if doc["openapi"] != "3.1.0" || doc["x-companion-operations"] != nil {
+		t.Fatalf("/openapi.json: openapi %v, scaffolding %v", doc["openapi"], doc["x-companion-operations"] != nil)
+	}
+	// The anchors are expanded: the ticket's Companion routes have their
+	// operations in full.
+	op, _ := doc["paths"].(map[string]any)["/tickets/{ticket}/s3/multipart"].(map[string]any)["post"].(map[string]any)
+	if op["operationId"] != "ticketCompanionCreate" || op["responses"] == nil {
+		t.Fatalf("ticket companion create = %v", op)
+	}
+	if resp, body := get("/openapi.yaml"); resp.StatusCode != 200 || !strings.HasPrefix(body, "openapi: 3.1.0") {
+		t.Fatalf("/openapi.yaml: %d %.40s", resp.StatusCode, body)
+	}
+	resp, body = get("/docs")
+	if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/html") ||
+		!strings.Contains(body, `spec-url="/openapi.json"`) || !strings.Contains(body, `src="/assets/redoc.standalone.js"`) {
+		t.Fatalf("/docs: %d %.300s", resp.StatusCode, body)
+	}
+	if csp := resp.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "connect-src 'self'") || strings.Contains(csp, "http") {
+		t.Fatalf("/docs CSP %q: the page may reach only ferry", csp)
+	}
+	resp, body = get("/assets/redoc.standalone.js")
+	if resp.StatusCode != 200 || len(body) < 100_000 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/javascript") {
+		t.Fatalf("redoc bundle: %d %q %d bytes", resp.StatusCode, resp.Header.Get("Content-Type"), len(body))
+	}
+}
+
+// problemDescription is the served document's description of the Problem
+// schema, where the statuses and codes are listed.
+func problemDescription(t *testing.T) string {
+	t.Helper()
+	raw, err := OpenAPIJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Components struct {
+			Schemas map[string]struct {
+				Description string `json:"description"`
+			} `json:"schemas"`
+		} `json:"components"`
+	}
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		t.Fatal(err)
+	}
+	return doc.Components.Schemas["Problem"].Description
+}
+
+// The Problem schema lists every status an errkind kind maps to, with its
+// default code, so a kind added to errkind and problem.go is added to the
+// contract too.
+func TestOpenAPIListsEveryProblemStatus(t *testing.T) {
+	desc := problemDescription(t)
+	for _, k := range errkind.Kinds() {
+		status := statusOf[k]
+		line := ""
+		for _, l := range strings.Split(desc, "\n- ") {
+			if strings.HasPrefix(l, strconv.Itoa(status)+" ") {
+				line = l
+			}
+		}
+		if line == "" {
+			t.Errorf("kind %q (%d) is not in the Problem schema's list", k, status)
+			continue
+		}
+		if code := defaultCode[status]; !regexp.MustCompile(`\b` + code + `\b`).MatchString(line) {
+			t.Errorf("status %d's default code %s is not in its line %q", status, code, line)
+		}
+	}
+}
+
+// Every problem code ferry's packages create with errkind.New or
+// errkind.Invalidf is named in the Problem schema's list, so a client
+// reading the contract knows each code it can meet. The invalid_<field>
+// family is listed as a pattern; every other code by name. The test
+// parses the Go source of the module (not its tests), so a new code that
+// the document does not name fails here.
+func TestOpenAPIListsEveryProblemCode(t *testing.T) {
+	desc := problemDescription(t)
+	if !strings.Contains(desc, "invalid_<field>") {
+		t.Fatal("the Problem schema no longer lists the invalid_<field> family")
+	}
+	codes := map[string]string{} // code → where it is made
+	fset := token.NewFileSet()
+	err := filepath.WalkDir("..", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == "node_modules" || strings.HasPrefix(d.Name(), ".")) && path != ".." {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, path, nil, 0)
+		if err != nil {
+			return err
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			call, ok := n.(*ast.CallExpr)
+			if !ok {
+				return true
+			}
+			sel, ok := call.Fun.(*ast.SelectorExpr)
+			if !ok {
+				return true
+			}
+			if pkg, ok := sel.X.(*ast.Ident); !ok || pkg.Name != "errkind" {
+				return true
+			}
+			arg := -1
+			switch sel.Sel.Name {
+			case "New":
+				arg = 1
+			case "Invalidf":
+				arg = 0
+			}
+			if arg < 0 || len(call.Args) <= arg {
+				return true
+			}
+			if lit, ok := call.Args[arg].(*ast.BasicLit); ok && lit.Kind == token.STRING {
+				code, _ := strconv.Unquote(lit.Value)
+				codes[code] = fset.Position(lit.Pos()).String()
+			}
+			return true
+		})
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(codes) < 50 {
+		t.Fatalf("found only %d problem codes in the source; the scan is broken", len(codes))
+	}
+	for code, at := range codes {
+		if strings.HasPrefix(code, "invalid_") {
+			continue
+		}
+		if !regexp.MustCompile(`\b` + regexp.QuoteMeta(code) + `\b`).MatchString(desc) {
+			t.Errorf("problem code %s (%s) is not in the Problem schema's list", code, at)
+		}
+	}
+}

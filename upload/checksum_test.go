@@ -1,0 +1,321 @@
+package upload_test
+
+import (
+	"bytes"
+	"context"
+	"testing"
+	"time"
+
+	"github.com/ferry-io/ferry/errkind"
+	"github.com/ferry-io/ferry/internal/testenv"
+	"github.com/ferry-io/ferry/notify"
+	"github.com/ferry-io/ferry/s3store"
+	"github.com/ferry-io/ferry/upload"
+)
+
+// withChecksums is the configuration of a store that verifies CRC32C.
+func withChecksums(c *testConfig) { c.Checksums = true }
+
+func crcs(st upload.Status, data []byte, parts []int) map[int]string {
+	out := map[int]string{}
+	for _, n := range parts {
+		out[n] = s3store.CRC32C(partBytes(st, data, n))
+	}
+	return out
+}
+
+// sendChecked presigns parts with their CRC32Cs and PUTs them.
+func (c *client) sendChecked(st upload.Status, data []byte, parts []int) {
+	c.t.Helper()
+	urls, err := c.svc.Presign(context.Background(), c.user, st.UploadID, upload.PresignRequest{Parts: parts, CRC32C: crcs(st, data, parts)})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	for _, n := range parts {
+		body := partBytes(st, data, n)
+		if code, msg := c.put(urls[n], bytes.NewReader(body), int64(len(body))); code != 200 {
+			c.t.Fatalf("PUT part %d: %d %s", n, code, msg)
+		}
+	}
+}
+
+// With checksums, S3 itself checks every part against the CRC32C signed
+// into its URL and the whole file against the client's CRC32C at
+// completion: a wrong part is refused at the door, a wrong whole fails the
+// upload with no file; the right ones make a file at once, before ferry has
+// read a byte back, whose SHA-256 is verified in the background.
+func TestChecksummedUpload(t *testing.T) {
+	testenv.ForEachDB(t, func(t *testing.T, db *testenv.DB) {
+		e := newEnv(t, db, withChecksums)
+		e.run(t, 5*time.Second)
+		ctx := context.Background()
+		c := newClient(t, e, "usr_a")
+		data := randomBytes(2*5*mib + 77)
+
+		res, err := e.svc.Init(ctx, "usr_a", upload.InitRequest{FileName: "c.bin", Size: int64(len(data)), PartSize: 5 * mib, Checksum: "CRC32C"})
+		if err != nil || res.Upload.Checksum != s3store.ChecksumCRC32C {
+			t.Fatalf("init = %+v %v, want checksum CRC32C granted", res.Upload, err)
+		}
+		st := res.Upload
+		// Every part needs its CRC32C, and gets it signed in.
+		_, err = e.svc.Presign(ctx, "usr_a", st.UploadID, upload.PresignRequest{Parts: []int{1}})
+		wantKind(t, err, errkind.Invalid, "missing_checksum")
+		body := partBytes(st, data, 1)
+		urls, err := e.svc.Presign(ctx, "usr_a", st.UploadID, upload.PresignRequest{Parts: []int{1}, CRC32C: map[int]string{1: s3store.CRC32C(body)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		bad := append([]byte{}, body...)
+		bad[12345] ^= 1
+		if code, msg := c.put(urls[1], bytes.NewReader(bad), int64(len(bad))); code != 400 {
+			t.Fatalf("a corrupted part: %d %s, want 400 BadDigest", code, msg)
+		}
+		c.sendChecked(st, data, allParts(st))
+		now, err := e.svc.Status(ctx, "usr_a", st.UploadID)
+		if err != nil || len(now.Parts) != 3 || now.Parts[0].CRC32C != s3store.CRC32C(body) {
+			t.Fatalf("status = %+v %v, want parts with their CRC32C", now.Parts, err)
+		}
+
+		// The whole file's CRC32C is required, and checked by S3.
+		_, err = e.svc.Complete(ctx, "usr_a", st.UploadID, upload.CompleteRequest{})
+		wantKind(t, err, errkind.Invalid, "missing_checksum")
+		wrong := s3store.CRC32C(append(append([]byte{}, data...), 0))
+		if _, err := e.svc.Complete(ctx, "usr_a", st.UploadID, upload.CompleteRequest{CRC32C: wrong}); err != nil {
+			t.Fatal(err)
+		}
+		failed := e.waitDone("usr_a", st.UploadID, 30*time.Second)
+		if failed.State != upload.StateFailed || failed.FileID != "" || e.count("files", "upload_id = ?", st.UploadID) != 0 {
+			t.Fatalf("a wrong full-object checksum: %+v, want failed with no file", failed)
+		}
+		if n := e.count("outbox", "subject = ? AND type = ?", st.UploadID, notify.UploadFailed); n != 1 {
+			t.Fatalf("upload.failed events = %d", n)
+		}
+
+		// The right one.
+		res, _ = e.svc.Init(ctx, "usr_a", upload.InitRequest{FileName: "c.bin", Size: int64(len(data)), PartSize: 5 * mib, Checksum: "crc32c"})
+		st = res.Upload
+		c.sendChecked(st, data, allParts(st))
+		if _, err := e.svc.Complete(ctx, "usr_a", st.UploadID, upload.CompleteRequest{CRC32C: s3store.CRC32C(data), SHA256: sha(data)}); err != nil {
+			t.Fatal(err)
+		}
+		done := e.waitVerified("usr_a", st.UploadID, 30*time.Second)
+		if done.State != upload.StateSuccess || done.SHA256 != sha(data) {
+			t.Fatalf("final = %+v", done)
+		}
+		if got, _ := e.objectSHA("uploads/" + st.UploadID); got != sha(data) {
+			t.Fatal("the object is not the file")
+		}
+	})
+}
+
+// From success on, the file is listed and its owner may read it; until
+// ferry has hashed it, its sha256 is the client's claim marked unverified,
+// the content is not in the dedup index, and nobody else can be served it.
+// upload.completed waits for the verification and carries the true hash.
+func TestSuccessBeforeVerification(t *testing.T) {
+	testenv.ForEachDB(t, func(t *testing.T, db *testenv.DB) {
+		release := make(chan struct{})
+		e := newEnv(t, db, func(c *testConfig) {
+			withChecksums(c)
+			c.Hooks.VerifyProgress = func(string, int64) { <-release }
+		})
+		e.run(t, 5*time.Second)
+		ctx := context.Background()
+		c := newClient(t, e, "usr_a")
+		data := randomBytes(5*mib + 3)
+		res, _ := e.svc.Init(ctx, "usr_a", upload.InitRequest{FileName: "early.bin", Size: int64(len(data)), Checksum: "CRC32C"})
+		st := res.Upload
+		c.sendChecked(st, data, allParts(st))
+		claim := sha([]byte("a claim"))
+		if _, err := e.svc.Complete(ctx, "usr_a", st.UploadID, upload.CompleteRequest{CRC32C: s3store.CRC32C(data), SHA256: claim}); err != nil {
+			t.Fatal(err)
+		}
+		done := e.waitDone("usr_a", st.UploadID, 30*time.Second)
+		if done.State != upload.StateSuccess || done.SHA256Verified || done.FileID == "" {
+			t.Fatalf("at success: %+v, want a file not yet verified", done)
+		}
+		f, err := e.svc.File(ctx, "usr_a", done.FileID)
+		if err != nil || f.SHA256 != claim || f.SHA256Verified {
+			t.Fatalf("file before verification = %+v %v, want the claim, unverified", f, err)
+		}
+		stored, _ := e.svc.Stored(ctx, done.FileID)
+		if !stored.Readable("usr_a") || stored.Readable("usr_b") {
+			t.Fatal("before verification the file must reach its owner and nobody else")
+		}
+		if n := e.count("blobs", "sha256 IS NOT NULL"); n != 0 {
+			t.Fatal("unverified content is in the dedup index")
+		}
+		if n := e.count("outbox", "type = ?", notify.UploadCompleted); n != 0 {
+			t.Fatal("upload.completed was sent before verification")
+		}
+		if r, _ := e.svc.Init(ctx, "usr_b", upload.InitRequest{FileName: "x", Size: int64(len(data)), SHA256: claim}); r.Outcome != upload.Created {
+			t.Fatalf("the unverified claim gave %v", r.Outcome)
+		}
+		close(release)
+		v := e.waitVerified("usr_a", st.UploadID, 30*time.Second)
+		f, _ = e.svc.File(ctx, "usr_a", v.FileID)
+		stored, _ = e.svc.Stored(ctx, v.FileID)
+		if v.SHA256 != sha(data) || !f.SHA256Verified || f.SHA256 != sha(data) || !stored.Readable("usr_b") {
+			t.Fatalf("after verification: %+v %+v", v, f)
+		}
+		if ev := e.eventData(st.UploadID, notify.UploadCompleted); ev.SHA256 != sha(data) {
+			t.Fatalf("upload.completed carries %s, want the computed %s", ev.SHA256, sha(data))
+		}
+	})
+}
+
+// A client that has not hashed the file finds its unfinished upload again
+// by size, part size and the first part's CRC32C, and learns which parts
+// S3 holds with their CRC32Cs; declaring the SHA-256 as soon as it knows it
+// turns the upload into an instant one when the caller already owns the
+// content, asks for a proof when someone else does, and otherwise is kept
+// for the verification.
+func TestResumeAndDeclareWithoutHashingFirst(t *testing.T) {
+	testenv.ForEachDB(t, func(t *testing.T, db *testenv.DB) {
+		e := newEnv(t, db, withChecksums)
+		e.run(t, 5*time.Second)
+		ctx := context.Background()
+		c := newClient(t, e, "usr_a")
+		data := randomBytes(3*5*mib + 9)
+		first := s3store.CRC32C(data[:5*mib])
+		req := upload.InitRequest{FileName: "r.bin", Size: int64(len(data)), PartSize: 5 * mib, Checksum: "CRC32C", FirstPartCRC32C: first}
+		res, err := e.svc.Init(ctx, "usr_a", req)
+		if err != nil || res.Outcome != upload.Created {
+			t.Fatal(res.Outcome, err)
+		}
+		st := res.Upload
+		c.sendChecked(st, data, []int{1, 3})
+		again, err := e.svc.Init(ctx, "usr_a", req)
+		if err != nil || again.Outcome != upload.Resumed || again.Upload.UploadID != st.UploadID || len(again.Upload.Parts) != 2 {
+			t.Fatalf("second init = %v %+v %v, want the same upload with 2 parts", again.Outcome, again.Upload, err)
+		}
+		for _, p := range again.Upload.Parts {
+			if p.CRC32C != s3store.CRC32C(partBytes(st, data, p.Number)) {
+				t.Fatalf("part %d lists CRC32C %s", p.Number, p.CRC32C)
+			}
+		}
+		if other, _ := e.svc.Init(ctx, "usr_b", req); other.Outcome != upload.Created {
+			t.Fatal("another user's hint found usr_a's upload")
+		}
+
+		// Nobody holds the content: the declared hash is kept.
+		dec, err := e.svc.DeclareSHA256(ctx, "usr_a", st.UploadID, sha(data))
+		if err != nil || dec.Outcome != upload.Resumed || dec.Upload.SHA256 != sha(data) {
+			t.Fatalf("declare = %v %+v %v", dec.Outcome, dec.Upload, err)
+		}
+		_, err = e.svc.DeclareSHA256(ctx, "usr_a", st.UploadID, sha([]byte("x")))
+		wantKind(t, err, errkind.Conflict, "sha256_mismatch")
+		if f, err := e.svc.Find(ctx, "usr_a", sha(data), int64(len(data))); err != nil || f.UploadID != st.UploadID {
+			t.Fatalf("find by the declared hash: %+v %v", f, err)
+		}
+		c.sendChecked(st, data, []int{2, 4})
+		if _, err := e.svc.Complete(ctx, "usr_a", st.UploadID, upload.CompleteRequest{CRC32C: s3store.CRC32C(data)}); err != nil {
+			t.Fatal(err)
+		}
+		if v := e.waitVerified("usr_a", st.UploadID, 30*time.Second); v.SHA256 != sha(data) {
+			t.Fatalf("final = %+v", v)
+		}
+
+		// Now usr_a owns it: a new upload of the same file, declared
+		// mid-way, becomes instant and the running upload is aborted.
+		res, _ = e.svc.Init(ctx, "usr_a", upload.InitRequest{FileName: "r2.bin", Size: int64(len(data)), Checksum: "CRC32C"})
+		dec, err = e.svc.DeclareSHA256(ctx, "usr_a", res.Upload.UploadID, sha(data))
+		if err != nil || dec.Outcome != upload.Instant || dec.Upload.FileID == "" {
+			t.Fatalf("declare by the owner = %v %v", dec.Outcome, err)
+		}
+		if u := e.upload(res.Upload.UploadID); u.State != upload.StateAborted {
+			t.Fatalf("the running upload is %s, want aborted", u.State)
+		}
+		// usr_b does not own it: a proof is asked for.
+		res, _ = e.svc.Init(ctx, "usr_b", upload.InitRequest{FileName: "b.bin", Size: int64(len(data)), Checksum: "CRC32C"})
+		dec, err = e.svc.DeclareSHA256(ctx, "usr_b", res.Upload.UploadID, sha(data))
+		if err != nil || dec.Outcome != upload.ProofRequired {
+			t.Fatalf("declare by another user = %v %v", dec.Outcome, err)
+		}
+		got, err := e.svc.Prove(ctx, "usr_b", dec.Challenge.ID, digests(data, dec.Challenge))
+		if err != nil || got.Outcome != upload.Instant {
+			t.Fatalf("prove = %v %v", got.Outcome, err)
+		}
+	})
+}
+
+// A store without checksums (or a client that does not ask) gets none: the
+// upload falls back to Content-MD5 per part, and a CRC32C is refused
+// rather than signed into a URL S3 would then reject.
+func TestChecksumFallback(t *testing.T) {
+	testenv.ForEachDB(t, func(t *testing.T, db *testenv.DB) {
+		e := newEnv(t, db, nil) // Checksums: false, as for a store the probe found lacking
+		ctx := context.Background()
+		res, err := e.svc.Init(ctx, "usr_a", upload.InitRequest{FileName: "f", Size: 100, Checksum: "CRC32C"})
+		if err != nil || res.Upload.Checksum != "" {
+			t.Fatalf("init = %+v %v, want no checksum granted", res.Upload, err)
+		}
+		_, err = e.svc.Presign(ctx, "usr_a", res.Upload.UploadID, upload.PresignRequest{Parts: []int{1}, CRC32C: map[int]string{1: s3store.CRC32C([]byte("x"))}})
+		wantKind(t, err, errkind.Invalid, "invalid_checksum_crc32c")
+		_, err = e.svc.Init(ctx, "usr_a", upload.InitRequest{FileName: "f", Size: 100, Checksum: "MD5"})
+		wantKind(t, err, errkind.Invalid, "invalid_checksum_algorithm")
+		if _, err := e.svc.Presign(ctx, "usr_a", res.Upload.UploadID, upload.PresignRequest{Parts: []int{1}, ContentMD5: map[int]string{1: md5b64(make([]byte, 100))}}); err != nil {
+			t.Fatalf("the Content-MD5 fallback: %v", err)
+		}
+	})
+}
+
+// WaitStatus answers as soon as the merge is done, not at the end of the
+// wait.
+func TestWaitStatusAnswersOnChange(t *testing.T) {
+	testenv.ForEachDB(t, func(t *testing.T, db *testenv.DB) {
+		e := newEnv(t, db, withChecksums)
+		ctx := context.Background()
+		c := newClient(t, e, "usr_a")
+		data := randomBytes(1000)
+		res, _ := e.svc.Init(ctx, "usr_a", upload.InitRequest{FileName: "w", Size: int64(len(data)), Checksum: "CRC32C"})
+		c.sendChecked(res.Upload, data, []int{1})
+		if _, err := e.svc.Complete(ctx, "usr_a", res.Upload.UploadID, upload.CompleteRequest{CRC32C: s3store.CRC32C(data)}); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		go func() { time.Sleep(300 * time.Millisecond); e.run(t, 5*time.Second) }()
+		st, err := e.svc.WaitStatus(ctx, "usr_a", res.Upload.UploadID, 20*time.Second)
+		if err != nil || st.State != upload.StateSuccess {
+			t.Fatalf("wait = %+v %v", st, err)
+		}
+		if took := time.Since(start); took > 10*time.Second {
+			t.Fatalf("wait answered after %s, not when the upload changed", took)
+		}
+	})
+}
+
+func crcOf(b []byte) string { return s3store.CRC32C(b) }
+
+// Status reads the upload and then its file; a verification that commits
+// in between leaves it holding the upload row as it was, with the claim.
+// It must still pair sha256_verified with the hash ferry verified, never
+// with the claim that hash replaced.
+func TestStatusPairsVerifiedWithTheVerifiedHash(t *testing.T) {
+	testenv.ForEachDB(t, func(t *testing.T, db *testenv.DB) {
+		e := newEnv(t, db, nil)
+		e.run(t, 5*time.Second)
+		ctx := context.Background()
+		c := newClient(t, e, "usr_a")
+		data := randomBytes(mib)
+		claim := sha([]byte("a claim"))
+		res, err := e.svc.Init(ctx, "usr_a", upload.InitRequest{FileName: "v.bin", Size: int64(len(data)), SHA256: claim})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.send(res.Upload, data, allParts(res.Upload), false)
+		if _, err := e.svc.Complete(ctx, "usr_a", res.Upload.UploadID, upload.CompleteRequest{}); err != nil {
+			t.Fatal(err)
+		}
+		e.waitVerified("usr_a", res.Upload.UploadID, 30*time.Second)
+		// The upload row as a reader that loaded it just before the
+		// verification committed still has it.
+		if err := e.db.Table("uploads").Where("id = ?", res.Upload.UploadID).Update("sha256", claim).Error; err != nil {
+			t.Fatal(err)
+		}
+		st, err := e.svc.Status(ctx, "usr_a", res.Upload.UploadID)
+		if err != nil || !st.SHA256Verified || st.SHA256 != sha(data) {
+			t.Fatalf("status = verified %v sha %s (%v), want verified with %s, never the claim", st.SHA256Verified, st.SHA256, err, sha(data))
+		}
+	})
+}

@@ -1,0 +1,281 @@
+package upload
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/ferry-io/ferry/jobs"
+	"github.com/ferry-io/ferry/models"
+	"github.com/ferry-io/ferry/notify"
+	"github.com/ferry-io/ferry/s3store"
+)
+
+// Verification reads the object in chunks of verifyChunk through
+// verifyBuffers buffers: one is filled from the network while another is
+// hashed, so reading and hashing overlap and memory stays at a few MiB
+// whatever the file's size.
+const (
+	verifyChunk   = 1 << 20
+	verifyBuffers = 4
+)
+
+// hashed is content the verify job read back and hashed: the object at
+// key, as S3 tagged it (etag) when it was read.
+type hashed struct {
+	key, etag, sum string
+}
+
+// verify is the verify job's handler: it streams a merged file's object
+// through SHA-256 and, in one transaction with the job's completion,
+// records the true hash on the file (correcting a client's wrong claim,
+// never trusting it), puts the content in the dedup index (or, when ferry
+// already holds it, moves the file onto the existing blob and drops the
+// second copy), and writes upload.completed with verified facts only.
+func (s *Service) verify(ctx context.Context, j *jobs.Job) error {
+	start := time.Now()
+	var u models.Upload
+	err := s.db.WithContext(ctx).Where("id = ?", j.Key).Take(&u).Error
+	if errors.Is(err, gorm.ErrRecordNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if u.State != StateSuccess || u.FileID == nil {
+		return nil
+	}
+	var f models.File
+	err = s.db.WithContext(ctx).Where("id = ?", *u.FileID).Take(&f).Error
+	if errors.Is(err, gorm.ErrRecordNotFound) {
+		s.log.InfoContext(ctx, "file deleted before it was verified", "upload_id", u.ID, "file_id", *u.FileID)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if f.SHA256Verified {
+		return nil
+	}
+	var b models.Blob
+	if err := s.db.WithContext(ctx).Where("id = ?", f.BlobID).Take(&b).Error; err != nil {
+		return err
+	}
+	h, n, err := s.verifyObject(ctx, b.S3Key, u.ID)
+	if errors.Is(err, s3store.ErrNotFound) {
+		return s.quarantine(ctx, j, &u, &f, &b, "the file's object vanished before it was verified")
+	}
+	if err != nil {
+		return err
+	}
+	if n != b.Size || (b.S3ETag != "" && normalizeETag(h.etag) != normalizeETag(b.S3ETag)) {
+		// Nothing ferry hands out can write a merged object: this is a bug
+		// or a write to the bucket from outside, never to be passed on.
+		s.metrics.blobMismatch.Inc()
+		return s.quarantine(ctx, j, &u, &f, &b, fmt.Sprintf("the stored object changed after it was merged (%d bytes, ETag %s; merged %d bytes, ETag %s)", n, h.etag, b.Size, b.S3ETag))
+	}
+	existing, err := s.blobFor(ctx, h.sum, b.Size)
+	if err != nil {
+		return err
+	}
+	var share *models.Blob // a verified blob to move the file onto
+	if existing != nil && s.intact(ctx, existing) {
+		share = existing
+	}
+	now := s.nowUTC()
+	moved := false
+	err = s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		moved = false
+		if share != nil {
+			res := tx.Model(&models.Blob{}).Where("id = ? AND refs > 0", share.ID).
+				Updates(map[string]any{"refs": gorm.Expr("refs + 1"), "updated_at": now})
+			if res.Error != nil {
+				return res.Error
+			}
+			moved = res.RowsAffected == 1 // 0: its last file is being deleted; keep ours
+		}
+		target := b.ID
+		if moved {
+			target = share.ID
+			if err := tx.Where("id = ?", b.ID).Delete(&models.Blob{}).Error; err != nil {
+				return err
+			}
+			if err := s.enqueuePurge(ctx, tx, b.S3Key, ""); err != nil {
+				return err
+			}
+		} else {
+			if existing != nil {
+				// The content's blob is not what ferry verified: its files
+				// move onto this verified copy, and its object goes.
+				res := tx.Model(&models.File{}).Where("blob_id = ?", existing.ID).Update("blob_id", b.ID)
+				if res.Error != nil {
+					return res.Error
+				}
+				if err := tx.Where("id = ?", existing.ID).Delete(&models.Blob{}).Error; err != nil {
+					return err
+				}
+				if err := s.enqueuePurge(ctx, tx, existing.S3Key, ""); err != nil {
+					return err
+				}
+				b.Refs += int(res.RowsAffected)
+				s.log.ErrorContext(ctx, "blob object changed after verification; its files now share a new verified copy",
+					"blob_id", existing.ID, "old_key", existing.S3Key, "new_key", b.S3Key, "files", res.RowsAffected)
+			}
+			// A racing verification of the same content makes this fail
+			// on the unique sha256; the retry then shares its blob.
+			res := tx.Model(&models.Blob{}).Where("id = ? AND sha256 IS NULL", b.ID).
+				Updates(map[string]any{"sha256": h.sum, "s3_etag": h.etag, "refs": b.Refs, "updated_at": now})
+			if res.Error != nil {
+				return res.Error
+			}
+		}
+		res := tx.Model(&models.File{}).Where("id = ?", f.ID).
+			Updates(map[string]any{"blob_id": target, "sha256": h.sum, "sha256_verified": true})
+		if res.Error != nil {
+			return res.Error
+		}
+		if res.RowsAffected == 0 {
+			return fmt.Errorf("upload: file %s was deleted during its verification", f.ID)
+		}
+		if err := tx.Model(&models.Upload{}).Where("id = ?", u.ID).Update("sha256", h.sum).Error; err != nil {
+			return err
+		}
+		f.SHA256, f.SHA256Verified = h.sum, true
+		if err := s.emitCompleted(ctx, tx, &u, &f, now); err != nil {
+			return err
+		}
+		return j.Finish(ctx, tx)
+	})
+	if err != nil {
+		return err
+	}
+	s.queue.Wake(KindPurge)
+	s.queue.Wake(notify.WakeDispatch)
+	if u.SHA256 != nil && *u.SHA256 != h.sum {
+		s.metrics.claimsCorrected.Inc()
+		s.log.WarnContext(ctx, "the client's sha256 was wrong; the file records the one ferry computed",
+			"upload_id", u.ID, "file_id", f.ID, "claimed", *u.SHA256, "sha256", h.sum)
+	}
+	s.metrics.verifyDuration.Observe(time.Since(start).Seconds())
+	s.log.InfoContext(ctx, "upload verified", "upload_id", u.ID, "file_id", f.ID, "sha256", h.sum, "deduplicated", moved, "elapsed", time.Since(start))
+	return nil
+}
+
+// quarantine ends a merged file whose object cannot be verified: the file
+// and its blob go (the owner is the only one who could have seen it), the
+// upload is failed with the reason and upload.failed is written, with the
+// job's completion.
+func (s *Service) quarantine(ctx context.Context, j *jobs.Job, u *models.Upload, f *models.File, b *models.Blob, reason string) error {
+	now := s.nowUTC()
+	s.log.ErrorContext(ctx, "merged file failed verification", "upload_id", u.ID, "file_id", f.ID, "reason", reason)
+	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		if err := tx.Where("id = ?", f.ID).Delete(&models.File{}).Error; err != nil {
+			return err
+		}
+		if err := tx.Where("id = ? AND sha256 IS NULL", b.ID).Delete(&models.Blob{}).Error; err != nil {
+			return err
+		}
+		res := tx.Model(&models.Upload{}).Where("id = ? AND state = ?", u.ID, StateSuccess).
+			Updates(map[string]any{"state": StateFailed, "error": reason, "file_id": nil, "updated_at": now})
+		if res.Error != nil {
+			return res.Error
+		}
+		if err := s.emitFailed(ctx, tx, u, reason, now); err != nil {
+			return err
+		}
+		if err := s.enqueuePurge(ctx, tx, b.S3Key, ""); err != nil {
+			return err
+		}
+		return j.Finish(ctx, tx)
+	})
+	if err == nil {
+		s.queue.Wake(KindPurge)
+		s.queue.Wake(notify.WakeDispatch)
+		s.metrics.transition(StateFailed)
+	}
+	return err
+}
+
+// verifyObject streams the object through SHA-256 and returns what it
+// hashed (the digest and the ETag of the version read) and the byte count.
+// Memory is verifyBuffers chunks, whatever the size. The jobs runner
+// heartbeats the lease meanwhile; if the lease is lost ctx ends and so does
+// the read.
+func (s *Service) verifyObject(ctx context.Context, key, uploadID string) (hashed, int64, error) {
+	start := time.Now()
+	body, info, err := s.store.GetVersion(ctx, key)
+	if err != nil {
+		return hashed{}, 0, err
+	}
+	defer body.Close()
+
+	free := make(chan []byte, verifyBuffers)
+	for range verifyBuffers {
+		free <- make([]byte, verifyChunk)
+	}
+	full := make(chan []byte, verifyBuffers)
+	h := sha256.New()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for b := range full {
+			h.Write(b)
+			free <- b[:cap(b)]
+		}
+	}()
+	var n int64
+	var rerr error
+	for {
+		buf := <-free
+		k, err := io.ReadFull(body, buf)
+		if k > 0 {
+			full <- buf[:k]
+			n += int64(k)
+			if p := s.hooks.VerifyProgress; p != nil {
+				p(uploadID, n)
+			}
+		}
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			break
+		}
+		if err != nil {
+			rerr = err
+			break
+		}
+	}
+	close(full)
+	<-done
+	s.metrics.verifyBytes.Add(float64(n))
+	if rerr != nil {
+		return hashed{}, n, fmt.Errorf("upload: verify %s after %d bytes: %w", key, n, rerr)
+	}
+	if secs := time.Since(start).Seconds(); secs > 0 && n > 0 {
+		s.metrics.verifyThroughput.Observe(float64(n) / secs)
+	}
+	return hashed{key: key, etag: info.ETag, sum: hex.EncodeToString(h.Sum(nil))}, n, nil
+}
+
+// intact reports whether a blob's object is still the one ferry verified:
+// there, of the blob's size, with the ETag S3 gave it then. Blobs verified
+// before ETags were recorded are checked by size alone. A storage error
+// counts as intact: it says nothing about the bytes, and deduplication
+// against the blob fails later anyway if the object is unreachable.
+func (s *Service) intact(ctx context.Context, b *models.Blob) bool {
+	info, err := s.store.Head(ctx, b.S3Key)
+	if err != nil && !errors.Is(err, s3store.ErrNotFound) {
+		return true
+	}
+	ok := err == nil && info.Size == b.Size && (b.S3ETag == "" || normalizeETag(info.ETag) == normalizeETag(b.S3ETag))
+	if !ok {
+		s.metrics.blobMismatch.Inc()
+		s.log.ErrorContext(ctx, "blob object is not the one ferry verified; it is neither served for deduplication nor shared",
+			"blob_id", b.ID, "key", b.S3Key, "recorded_etag", b.S3ETag, "etag", info.ETag, "err", err)
+	}
+	return ok
+}
