@@ -21,13 +21,14 @@
 //     same address guard deliveries use.
 //
 // Doctor changes nothing an operator configured: the only writes are its
-// probe objects (under probe/), which it deletes. The embedded store is the
-// exception that proves the rule: with no FERRY_S3_ENDPOINT the store is
-// ferry's own, so doctor prepares it exactly as serve does (bucket, CORS
-// rule, lifecycle rule). If a ferry is already serving on the data dir,
-// doctor talks to that ferry's embedded server on FERRY_S3_EMBEDDED_ADDR
-// with the credentials kept in the data dir; otherwise it starts the
-// embedded server itself on the data dir for the length of the run.
+// probe objects (probe-…, at the bucket's root), which it deletes. The
+// embedded store is the exception that proves the rule: with no
+// FERRY_S3_ENDPOINT the store is ferry's own, so doctor prepares it
+// exactly as serve does (bucket, CORS rule, lifecycle rule). If a ferry
+// is already serving on the data dir, doctor talks to that ferry's
+// embedded server on FERRY_S3_EMBEDDED_ADDR with the credentials kept in
+// the data dir; otherwise it starts the embedded server itself on the
+// data dir for the length of the run.
 //
 // A check fails (and Report.Failed says so) only when ferry would not
 // work: a missing optional capability is a warning, since ferry has a

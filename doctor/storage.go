@@ -211,7 +211,7 @@ func checkPublic(ctx context.Context, rep *Report, cfg *config.Config, store *s3
 
 	body := []byte("ferry doctor probe")
 	sum := md5.Sum(body)
-	key := "probe/doctor-" + random.Hex(8)
+	key := s3store.ScratchPrefix + "doctor-" + random.Hex(8)
 	put, err := store.PresignPut(ctx, key, s3store.PutOptions{
 		ContentMD5: base64.StdEncoding.EncodeToString(sum[:]), ContentType: "application/octet-stream",
 	}, time.Minute)

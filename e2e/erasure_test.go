@@ -23,6 +23,7 @@ import (
 	"github.com/ferry-io/ferry/internal/testenv"
 
 	"github.com/ferry-io/ferry/models"
+	"github.com/ferry-io/ferry/s3store"
 )
 
 // eventCounter is a webhook receiver that counts the deliveries of each
@@ -73,7 +74,7 @@ func listBucket(t *testing.T, b bucketView) (objects, multipart []string) {
 		if o.Err != nil {
 			t.Fatal(o.Err)
 		}
-		if !strings.HasPrefix(o.Key, "probe/") {
+		if !strings.HasPrefix(o.Key, s3store.ScratchPrefix) {
 			objects = append(objects, o.Key)
 		}
 	}
@@ -81,7 +82,7 @@ func listBucket(t *testing.T, b bucketView) (objects, multipart []string) {
 		if u.Err != nil {
 			t.Fatal(u.Err)
 		}
-		if !strings.HasPrefix(u.Key, "probe/") {
+		if !strings.HasPrefix(u.Key, s3store.ScratchPrefix) {
 			multipart = append(multipart, u.Key)
 		}
 	}

@@ -112,8 +112,17 @@ type probeResult struct {
 	err      error
 }
 
+// ScratchPrefix begins the keys of the objects a probe (or `ferry doctor`)
+// writes and removes again. They sit at the bucket's root, side by side
+// (probe-<random>-crc, …), not in a folder of their own: a store on a
+// file system (VersityGW's posix backend) removes a folder once a delete
+// empties it, and a PUT landing in that folder at the same moment (the
+// next probe of the same run, or another replica's) then fails, which
+// would read as a missing capability.
+const ScratchPrefix = "probe-"
+
 // Probe finds out what the store supports by trying each capability the
-// way ferry uses it, under scratch keys (probe/<random>/…) that it removes
+// way ferry uses it, under scratch keys (ScratchPrefix…) that it removes
 // again; the probes run at once, so a slow store costs the slowest probe,
 // not their sum. Lifecycle is only read, never written. A store that
 // refuses a feature, or takes it and stores wrong bytes or ignores a
@@ -121,7 +130,7 @@ type probeResult struct {
 // the probe could not run (the store is unreachable, or refuses ferry's
 // credentials or bucket).
 func (s *Store) Probe(ctx context.Context, o ProbeOptions) (Capabilities, error) {
-	base := "probe/" + random.Hex(8) + "/"
+	base := ScratchPrefix + random.Hex(8) + "-"
 	probes := []struct {
 		cap Capability
 		run func() (bool, string, error)

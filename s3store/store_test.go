@@ -11,7 +11,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
 	"net/url"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -731,7 +734,7 @@ func TestChecksumsAreEnforced(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if objs, _ := st.ListObjects(ctx, "probe/", 10); len(objs) != 0 {
+	if objs, _ := st.ListObjects(ctx, s3store.ScratchPrefix, 10); len(objs) != 0 {
 		t.Fatalf("the probe left %v", objs)
 	}
 	want, listed := capabilities[s3Impl()][string(s3store.CapChecksums)]
@@ -835,10 +838,10 @@ func TestProbeFindsWhatAStoreLacks(t *testing.T) {
 			t.Fatalf("CORS for an origin the rule does not name: %+v %v", caps, err)
 		}
 	})
-	if objs, err := st.ListObjects(ctx, "probe/", 10); err != nil || len(objs) != 0 {
+	if objs, err := st.ListObjects(ctx, s3store.ScratchPrefix, 10); err != nil || len(objs) != 0 {
 		t.Fatalf("the probes left objects %v (%v)", objs, err)
 	}
-	if ups, err := st.ListMultipartUploads(ctx, "probe/"); err != nil || len(ups) != 0 {
+	if ups, err := st.ListMultipartUploads(ctx, s3store.ScratchPrefix); err != nil || len(ups) != 0 {
 		t.Fatalf("the probes left multipart uploads %v (%v)", ups, err)
 	}
 	t.Run("store down", func(t *testing.T) {
@@ -851,6 +854,80 @@ func TestProbeFindsWhatAStoreLacks(t *testing.T) {
 			t.Fatalf("Probe of a store nobody answers: %v, want ErrUnavailable", err)
 		}
 	})
+}
+
+// The probe's scratch objects share no folder, and probes run at once
+// (replicas starting together; the five probes of one run write and delete
+// side by side) agree with one probe alone. On a store on a file system
+// (VersityGW's posix backend) a delete that empties a folder removes it,
+// and a PUT landing in it at that moment fails (409
+// ExistingObjectIsDirectory): with the probes' objects in one folder
+// (probe/<random>/…) a CI run once saw the CORS probe fail so, and a
+// replica could run without CORS or checksums while its peers had them.
+func TestProbeScratchKeysShareNoFolder(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const origin = "http://app.test"
+	srv := testenv.S3(t)
+	target, _ := url.Parse(srv.Endpoint)
+	var (
+		mu      sync.Mutex
+		written = map[string]bool{}
+	)
+	rp := &httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) {
+		r.SetURL(target)
+		r.Out.Host = r.In.Host // the requests are signed for this host
+		if r.In.Method == http.MethodPut || r.In.Method == http.MethodPost {
+			mu.Lock()
+			written[r.In.URL.Path] = true
+			mu.Unlock()
+		}
+	}}
+	proxy := httptest.NewServer(rp)
+	t.Cleanup(proxy.Close)
+	bucket := "t-twins" + testenv.RandomHex(4)
+	st := testenv.StoreFor(t, testenv.S3Server{Endpoint: proxy.URL, AccessKey: srv.AccessKey, SecretKey: srv.SecretKey}, bucket)
+	if _, err := st.Bootstrap(ctx, s3store.BootstrapOptions{CORSOrigins: []string{origin}, AbortIncompleteAfterDays: 1}); err != nil {
+		t.Fatal(err)
+	}
+	opts := s3store.ProbeOptions{Origin: origin}
+	base, err := st.Probe(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base.Missing = nil
+	const together = 5
+	got := make([]s3store.Capabilities, together)
+	errs := make([]error, together)
+	var wg sync.WaitGroup
+	for i := range together {
+		wg.Go(func() { got[i], errs[i] = st.Probe(ctx, opts) })
+	}
+	wg.Wait()
+	for i, c := range got {
+		missing := c.Missing
+		c.Missing = nil
+		if errs[i] != nil || !reflect.DeepEqual(c, base) {
+			t.Fatalf("probe %d of %d at once: %+v %v (missing %+v); alone: %+v", i+1, together, c, errs[i], missing, base)
+		}
+	}
+	keys := 0
+	for p := range written {
+		key, ok := strings.CutPrefix(p, "/"+bucket+"/")
+		if !ok || key == "" {
+			continue // the bucket's own configuration
+		}
+		keys++
+		if !strings.HasPrefix(key, s3store.ScratchPrefix) || strings.Contains(key, "/") {
+			t.Errorf("the probe wrote %q: want a key at the bucket's root beginning %q", key, s3store.ScratchPrefix)
+		}
+	}
+	if keys == 0 {
+		t.Fatal("the proxy saw no object written")
+	}
+	if objs, err := st.ListObjects(ctx, s3store.ScratchPrefix, 10); err != nil || len(objs) != 0 {
+		t.Fatalf("the probes left objects %v (%v)", objs, err)
+	}
 }
 
 // storeThrough is a store on the test server's bucket whose S3 calls go

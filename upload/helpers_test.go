@@ -112,7 +112,7 @@ func newEnv(t testing.TB, db *testenv.DB, mod func(*testConfig)) *env {
 func (e *env) keepsReplacedParts() bool {
 	e.t.Helper()
 	ctx := context.Background()
-	key := "probe/replaced-" + testenv.RandomHex(4)
+	key := s3store.ScratchPrefix + "replaced-" + testenv.RandomHex(4)
 	id, err := e.store.CreateMultipart(ctx, key, s3store.MultipartOptions{})
 	if err != nil {
 		e.t.Fatal(err)
