@@ -527,6 +527,58 @@ func TestBrowserSDKBehaviours(t *testing.T) {
 	verified(t, f, tok, res.UploadID, sum)
 }
 
+// The JS SDK's skipHash, as `ferry upload --no-instant`: the same 20 MiB
+// file uploaded twice with the SHA-256 left to ferry. Neither upload
+// declares a SHA-256 (not at init, not mid-transfer, not at complete, which
+// carries S3's whole-file CRC32C alone), so the second is not instant and
+// sends all 3 parts again; ferry computes both SHA-256s from the stored
+// bytes, and they are the file's.
+func TestBrowserSDKSkipHash(t *testing.T) {
+	f, tok, path, sum := browserSetup(t, nil, "no-instant.bin", 20*mib+7)
+	var res struct {
+		Uploads []struct {
+			State    string `json:"state"`
+			UploadID string `json:"uploadId"`
+			SHA256   any    `json:"sha256"`
+			CRC32C   string `json:"crc32c"`
+			Puts     int    `json:"puts"`
+			Calls    []struct {
+				Path string         `json:"path"`
+				Body map[string]any `json:"body"`
+			} `json:"calls"`
+		} `json:"uploads"`
+	}
+	runBrowser(t, map[string]any{"scenario": "sdk-skip-hash", "url": f.URL, "token": tok, "file": path, "s3": s3Addr(f)}, &res)
+	if len(res.Uploads) != 2 {
+		t.Fatalf("%d uploads, want 2", len(res.Uploads))
+	}
+	for i, u := range res.Uploads {
+		if u.State != "success" || u.Puts != 3 || u.SHA256 != nil || u.CRC32C == "" {
+			t.Fatalf("upload %d: state %s after %d PUTs, SDK sha256 %v, crc32c %q; want success after 3 PUTs, no SHA-256 and a CRC32C",
+				i+1, u.State, u.Puts, u.SHA256, u.CRC32C)
+		}
+		var paths []string
+		for _, c := range u.Calls {
+			paths = append(paths, c.Path)
+			if _, ok := c.Body["sha256"]; ok {
+				t.Fatalf("upload %d: %s sent a sha256: %v", i+1, c.Path, c.Body)
+			}
+			if c.Path == "/uploads/{id}/complete" && c.Body["checksum_crc32c"] != u.CRC32C {
+				t.Fatalf("upload %d: complete carried checksum_crc32c %v, the SDK's is %s", i+1, c.Body["checksum_crc32c"], u.CRC32C)
+			}
+		}
+		if !slices.Equal(paths, []string{"/uploads", "/uploads/{id}/complete"}) {
+			t.Fatalf("upload %d: POSTs %v, want only init and complete (no SHA-256 declared)", i+1, paths)
+		}
+		if got := waitUpload(t, f, tok, u.UploadID); got.SHA256 != sum || got.SHA256Verified == nil || !*got.SHA256Verified {
+			t.Fatalf("upload %d: ferry recorded sha256 %s (verified %v), the file is %s", i+1, got.SHA256, got.SHA256Verified, sum)
+		}
+	}
+	if res.Uploads[0].UploadID == res.Uploads[1].UploadID {
+		t.Fatalf("both uploads are %s", res.Uploads[0].UploadID)
+	}
+}
+
 // Issue 12: a part damaged on its way to S3 (one bit flipped in its PUT)
 // is refused by S3 itself, since the CRC32C signed into its URL does not
 // match, and the SDK reads the part again and sends it. Every PUT carried
@@ -669,7 +721,9 @@ func TestBrowserDeclaredHashGivesFile(t *testing.T) {
 // 4 at once either way. Each of b.N rounds runs both; it reports the
 // median ratio of their times (target ≥ 0.9) and where the UI's time goes:
 // its stages, and the CPU seconds each process spent. A second baseline
-// PUTs the parts with their CRC32Cs (computed beforehand) for S3 to check.
+// PUTs the parts with their CRC32Cs (computed beforehand) for S3 to check,
+// and a third leg sends the bare file through the SDK with skipHash: the
+// UI's path without the SHA-256, which is what the client's hash costs.
 // FERRY_BENCH_UPLINK (MiB/s) limits the page's upload rate, as a real link
 // would; by default the page sends as fast as the loopback goes.
 //
@@ -697,9 +751,11 @@ func BenchmarkBrowserUpload(b *testing.B) {
 			Raw       float64            `json:"raw"`
 			RawCRC    float64            `json:"rawCRC"`
 			UI        map[string]float64 `json:"ui"`
+			SkipHash  float64            `json:"skipHash"`
 			RawCPU    map[string]float64 `json:"rawCPU"`
 			RawCRCCPU map[string]float64 `json:"rawCRCCPU"`
 			UICPU     map[string]float64 `json:"uiCPU"`
+			SkipCPU   map[string]float64 `json:"skipHashCPU"`
 		} `json:"runs"`
 	}
 	b.ResetTimer()
@@ -720,13 +776,15 @@ func BenchmarkBrowserUpload(b *testing.B) {
 	for i, r := range res.Runs {
 		b.Logf("round %d: bare PUTs %.0f ms (%.0f MiB/s), with CRC32Cs %.0f ms (%.0f MiB/s), UI %.0f ms (%.0f MiB/s), ratio %.2f (%.2f to the CRC32C PUTs); "+
 			"UI stages (ms from choosing the file): ferry answered POST /uploads %.0f, first PUT %.0f, SHA-256 declared %.0f, last PUT done %.0f, "+
-			"complete sent %.0f, answered %.0f, success %.0f; %.0f PUTs, %.0f presigns. CPU seconds: bare PUTs %v; with CRC32Cs %v; UI %v",
+			"complete sent %.0f, answered %.0f, success %.0f; %.0f PUTs, %.0f presigns; SDK with skipHash %.0f ms (ratio %.2f). "+
+			"CPU seconds: bare PUTs %v; with CRC32Cs %v; UI %v; skipHash %v",
 			i+1, r.Raw, mibps(r.Raw), r.RawCRC, mibps(r.RawCRC), r.UI["total"], mibps(r.UI["total"]), r.Raw/r.UI["total"], r.RawCRC/r.UI["total"],
 			r.UI["init"], r.UI["firstPut"], r.UI["declared"], r.UI["lastPut"], r.UI["completeSent"], r.UI["completed"], r.UI["total"], r.UI["puts"], r.UI["presigns"],
-			r.RawCPU, r.RawCRCCPU, r.UICPU)
+			r.SkipHash, r.Raw/r.SkipHash, r.RawCPU, r.RawCRCCPU, r.UICPU, r.SkipCPU)
 	}
 	b.ReportMetric(median(func(i int) float64 { return res.Runs[i].Raw / res.Runs[i].UI["total"] }), "ui/bare")
 	b.ReportMetric(median(func(i int) float64 { return res.Runs[i].RawCRC / res.Runs[i].UI["total"] }), "ui/bare-crc32c")
+	b.ReportMetric(median(func(i int) float64 { return res.Runs[i].Raw / res.Runs[i].SkipHash }), "skiphash/bare")
 	b.ReportMetric(median(func(i int) float64 { return mibps(res.Runs[i].UI["total"]) }), "ui-MiB/s")
 	b.ReportMetric(median(func(i int) float64 { return mibps(res.Runs[i].Raw) }), "bare-MiB/s")
 	b.ReportMetric(median(func(i int) float64 { return res.Runs[i].UI["total"] - res.Runs[i].UI["lastPut"] }), "ms-after-last-put")

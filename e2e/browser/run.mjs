@@ -411,13 +411,47 @@ const scenarios = {
     return out
   },
 
+  // The SDK's skipHash: the same file uploaded twice from ferry's page
+  // with the SHA-256 left to ferry. Neither upload declares a SHA-256 (at
+  // init, mid-transfer or at complete), so the second cannot be instant and
+  // sends every part again; each completes with S3's CRC32C alone.
+  async 'sdk-skip-hash'({ page }) {
+    await signIn(page)
+    const puts = countPuts(page)
+    const calls = []
+    page.on('request', (r) => {
+      if (!r.url().startsWith(cfg.url) || r.method() !== 'POST') return
+      const path = new URL(r.url()).pathname
+      if (!/^\/uploads(\/[^/]+\/(sha256|complete))?$/.test(path)) return
+      calls.push({ path: path.replace(/^\/uploads\/[^/]+\//, '/uploads/{id}/'), body: JSON.parse(r.postData() || '{}') })
+    })
+    await page.evaluate(() => document.body.append(Object.assign(document.createElement('input'), { type: 'file', id: 'f' })))
+    const out = []
+    for (let i = 0; i < 2; i++) {
+      await page.locator('#f').setInputFiles(cfg.file)
+      const before = puts.length
+      const first = calls.length
+      const r = await page.evaluate(async () => {
+        const { Ferry } = await import('/assets/ferry.js')
+        const up = new Ferry().upload(document.getElementById('f').files[0], { skipHash: true })
+        const res = await up.start()
+        return { state: res.state, uploadId: res.upload_id, sha256: up.sha256, crc32c: up.crc32c }
+      })
+      out.push({ ...r, puts: puts.length - before, calls: calls.slice(first) })
+      log('skip-hash', i + 1, JSON.stringify(out[i]))
+    }
+    return { uploads: out }
+  },
+
   // The benchmark: the same 256 MiB sent from the same page as bare part
   // PUTs (no hashing: presigned up front, 8 MiB parts, 4 at once, like the
   // SDK), once without checksums and once with each part's CRC32C
   // (computed here beforehand) for S3 to check, and through the UI
   // (hashing in the worker, CRC32C-checked parts, complete, S3's check of
-  // the whole file, success). Runs alternate; every UI run has a file of
-  // its own, since a second upload of the same content would be instant.
+  // the whole file, success), and through the SDK with skipHash (the same
+  // without the SHA-256: what the client's hash costs). Runs alternate;
+  // every UI run has a file of its own, since a second upload of the same
+  // content would be instant; skipHash never is, so it sends the bare file.
   // cfg.uplink (MiB/s), when set, limits the page's upload rate, as a real
   // link would.
   async bench({ page }) {
@@ -467,8 +501,19 @@ const scenarios = {
           puts: puts.length, presigns: api(/\/presign$/).length,
         }
       }, cfg.s3)
-      runs.push({ raw, rawCRC, ui, rawCPU, rawCRCCPU, uiCPU })
-      log(`run ${i + 1}: bare PUTs ${raw.toFixed(0)} ms, UI ${ui.total.toFixed(0)} ms`, JSON.stringify({ ui, rawCPU, uiCPU }))
+      // After the UI's stages are read: this leg's requests would mix in.
+      await page.locator('#raw').setInputFiles(cfg.raw)
+      cpu = cpuTimes()
+      const skipHash = await page.evaluate(async () => {
+        const { Ferry } = await import('/assets/ferry.js')
+        const t0 = performance.now()
+        const res = await new Ferry().upload(document.getElementById('raw').files[0], { skipHash: true }).start()
+        if (res.state !== 'success') throw new Error('skipHash upload ended ' + res.state)
+        return performance.now() - t0
+      })
+      const skipHashCPU = cpuSince(cpu)
+      runs.push({ raw, rawCRC, ui, skipHash, rawCPU, rawCRCCPU, uiCPU, skipHashCPU })
+      log(`run ${i + 1}: bare PUTs ${raw.toFixed(0)} ms, UI ${ui.total.toFixed(0)} ms, SDK skipHash ${skipHash.toFixed(0)} ms`, JSON.stringify({ ui, rawCPU, uiCPU }))
     }
     return { runs }
   },

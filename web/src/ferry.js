@@ -153,9 +153,14 @@ class Hasher {
    * stream reads file once, in order: onPart({n, crc32c, md5?}) for each
    * part as soon as it is read, and done resolves with the whole file's
    * {sha256 (hex), crc32c (base64)}. md5 adds each part's MD5; md5on()
-   * asks for them from the next part on, cancel() stops the read.
+   * asks for them from the next part on, cancel() stops the read. With
+   * sha false the stream computes no SHA-256 (sha256 is null).
    */
-  stream(file, partSize, { md5 = false, onPart, onProgress } = {}) {
+  stream(file, partSize, { md5 = false, sha = true, onPart, onProgress } = {}) {
+    if (!sha) {
+      const { id, done } = this.run({ op: 'file', file, partSize, md5, sha: false }, { onPart, onProgress })
+      return { done, md5on: () => this.worker.postMessage({ id, op: 'md5on' }), cancel: () => this.worker.postMessage({ id, op: 'cancel' }) }
+    }
     // The SHA-256 runs on the second worker, fed by the first over a
     // channel of their own, so the part CRC32Cs do not wait for it.
     if (!this.shaWorker) {
@@ -272,12 +277,19 @@ export class Upload extends EventTarget {
    * @param {number} [opts.pollInterval] ms between status requests when
    *   ferry answers them without waiting (default 1000)
    * @param {string} [opts.name] the file name (default file.name)
+   * @param {boolean} [opts.skipHash] leave the file's SHA-256 to ferry:
+   *   the SDK computes only the CRC32Cs S3 checks, so the upload cannot
+   *   become an instant file, and the file's sha256 is the one ferry
+   *   computes from the stored object (absent until it has). The SHA-256 is
+   *   the one cost an upload adds to plain part PUTs; skip it for content
+   *   ferry is not going to hold already (as `ferry upload --no-instant`)
    */
   constructor(client, file, opts = {}) {
     super()
     this.client = client
     this.file = file
     this.name = opts.name || file.name
+    this.skipHash = !!opts.skipHash
     this.concurrency = opts.concurrency || 4
     this.maxAttempts = opts.maxAttempts || 8
     this.offlineFor = opts.offlineFor || 120000
@@ -430,6 +442,7 @@ export class Upload extends EventTarget {
     this.setState('hashing')
     const size = this.file.size
     this.hashing = this.client.hasher().stream(this.file, this.partSize, {
+      sha: !this.skipHash,
       onPart: (p) => this.slot(p.n).resolve(p),
       onProgress: (n) => {
         this.bytesHashed = n
@@ -541,7 +554,7 @@ export class Upload extends EventTarget {
    * save nothing, and the hash goes with complete instead.
    */
   declare() {
-    if (this.declaring || this.halted() || !this.uploadId) return
+    if (!this.sha256 || this.declaring || this.halted() || !this.uploadId) return
     if (this.serverSHA) {
       if (this.serverSHA !== this.sha256) this.startOver()
       return
@@ -791,7 +804,8 @@ export class Upload extends EventTarget {
     if (this.declaring) await this.declaring
     if (this.halted()) return null
     const parts = [...this.etags].sort((x, y) => x[0] - y[0]).map(([n, etag]) => ({ part_number: n, etag }))
-    const body = { parts, sha256: this.sha256 }
+    const body = { parts }
+    if (this.sha256) body.sha256 = this.sha256
     if (this.checksum) body.checksum_crc32c = this.crc32c
     try {
       await this.retrying(() => this.client.api('POST', `/uploads/${this.uploadId}/complete`, body))

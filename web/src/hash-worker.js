@@ -11,8 +11,9 @@
 // shaAhead chunks ahead of the SHA-256, so memory is bounded whatever the
 // file's size.
 //
-// Messages in:  {id, op: "file", file, partSize, md5, port}  stream a whole
-//                      file; port (optional) leads to a "sha" worker
+// Messages in:  {id, op: "file", file, partSize, md5, port, sha}  stream a
+//                      whole file; port (optional) leads to a "sha"
+//                      worker; sha: false computes no SHA-256 at all
 //               {op: "sha", port}      be the SHA-256 side of a stream
 //               {id, op: "md5on"}      from the next part on, MD5s too
 //               {id, op: "cancel"}     stop a "file" job
@@ -88,8 +89,10 @@ function chunks(size, partSize) {
 }
 
 // shaSide is where a stream's chunks go for the SHA-256: the worker at the
-// other end of port, or, without one, this thread.
-async function shaSide(port) {
+// other end of port, or, without one, this thread; nowhere when the
+// stream computes none (its digest is then null).
+async function shaSide(port, withSHA) {
+  if (!withSHA) return { push: async () => {}, digest: async () => null, close() {} }
   if (!port) {
     const sha = await createSHA256()
     sha.init()
@@ -142,10 +145,10 @@ async function shaPort(port) {
 
 // Reading a File is an asynchronous trip to the browser process, as slow
 // as hashing; the next chunk is always being read while one is hashed.
-async function hashFile(id, file, partSize, md5On, port) {
+async function hashFile(id, file, partSize, md5On, port, withSHA) {
   const job = { md5: md5On, cancelled: false }
   jobs.set(id, job)
-  const sha = await shaSide(port)
+  const sha = await shaSide(port, withSHA)
   try {
     const crc = await createCRC32(castagnoli)
     const md5 = await createMD5()
@@ -231,7 +234,7 @@ self.onmessage = async (ev) => {
   }
   try {
     let result
-    if (op === 'file') result = await hashFile(id, ev.data.file, ev.data.partSize, !!ev.data.md5, ev.data.port)
+    if (op === 'file') result = await hashFile(id, ev.data.file, ev.data.partSize, !!ev.data.md5, ev.data.port, ev.data.sha !== false)
     else if (op === 'part') result = await hashPart(ev.data.blob, !!ev.data.md5)
     else if (op === 'sha256') result = await hashBlob(ev.data.blob, createSHA256, 'hex')
     else throw new Error('unknown op ' + op)
