@@ -67,7 +67,14 @@ func Open(ctx context.Context, driver, dsn string, log *slog.Logger) (*gorm.DB, 
 	} else {
 		// WAL lets readers run beside the one writer; more connections
 		// than this only queue on SQLite's write lock.
-		sqlDB.SetMaxOpenConns(8)
+		sqlDB.SetMaxOpenConns(sqliteConns)
+		// All of them stay open when idle. With database/sql's default
+		// of 2 idle, a burst closed the surplus as each query ended, and
+		// a new connection pays for opening the file and its pragmas
+		// again. Closing one just after its query's context ended also
+		// races, in the driver (glebarez/go-sqlite), the goroutine that
+		// interrupts that query: -race caught it in a CI run.
+		sqlDB.SetMaxIdleConns(sqliteConns)
 	}
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -77,6 +84,9 @@ func Open(ctx context.Context, driver, dsn string, log *slog.Logger) (*gorm.DB, 
 	}
 	return db, nil
 }
+
+// sqliteConns is the size of a SQLite database's connection pool.
+const sqliteConns = 8
 
 // sqliteDSN turns a path into a URI with the pragmas ferry relies on: WAL
 // for concurrent readers, a busy timeout so writers queue instead of failing,
