@@ -157,19 +157,21 @@ class Hasher {
    * sha false the stream computes no SHA-256 (sha256 is null).
    */
   stream(file, partSize, { md5 = false, sha = true, onPart, onProgress } = {}) {
-    if (!sha) {
-      const { id, done } = this.run({ op: 'file', file, partSize, md5, sha: false }, { onPart, onProgress })
-      return { done, md5on: () => this.worker.postMessage({ id, op: 'md5on' }), cancel: () => this.worker.postMessage({ id, op: 'cancel' }) }
+    const msg = { op: 'file', file, partSize, md5, sha }
+    const transfer = []
+    if (sha) {
+      // The SHA-256 runs on the second worker, fed by the first over a
+      // channel of their own, so the part CRC32Cs do not wait for it.
+      if (!this.shaWorker) {
+        this.shaWorker = new Worker(this.url, { type: 'module' })
+        this.shaWorker.onerror = (ev) => this.failed(ev)
+      }
+      const ch = new MessageChannel()
+      this.shaWorker.postMessage({ op: 'sha', port: ch.port2 }, [ch.port2])
+      msg.port = ch.port1
+      transfer.push(ch.port1)
     }
-    // The SHA-256 runs on the second worker, fed by the first over a
-    // channel of their own, so the part CRC32Cs do not wait for it.
-    if (!this.shaWorker) {
-      this.shaWorker = new Worker(this.url, { type: 'module' })
-      this.shaWorker.onerror = (ev) => this.failed(ev)
-    }
-    const ch = new MessageChannel()
-    this.shaWorker.postMessage({ op: 'sha', port: ch.port2 }, [ch.port2])
-    const { id, done } = this.run({ op: 'file', file, partSize, md5, port: ch.port1 }, { onPart, onProgress }, [ch.port1])
+    const { id, done } = this.run(msg, { onPart, onProgress }, transfer)
     return {
       done,
       md5on: () => this.worker.postMessage({ id, op: 'md5on' }),
