@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,12 +18,7 @@ import (
 // grant holds, was revoked or expired.
 func TestDownloadGrants(t *testing.T) {
 	testenv.ForEachDB(t, func(t *testing.T, db *testenv.DB) {
-		gate := make(chan struct{})
-		var once sync.Once
-		e := newEnv(t, db, func(c *testConfig) {
-			c.Hooks.VerifyProgress = func(string, int64) { <-gate } // hold the verification
-		})
-		t.Cleanup(func() { once.Do(func() { close(gate) }) })
+		e, verify := newHeldEnv(t, db)
 		e.run(t, 5*time.Second)
 		ctx := context.Background()
 		alice := newClient(t, e, "usr_alice")
@@ -38,7 +32,7 @@ func TestDownloadGrants(t *testing.T) {
 		}
 		_, err := e.svc.CreateGrant(ctx, upload.GrantRequest{Owner: alice.user, FileID: merged.FileID, UserID: "usr_bob", CreatedBy: alice.user})
 		wantKind(t, err, errkind.Conflict, "file_not_verified")
-		once.Do(func() { close(gate) })
+		verify()
 		fileID := e.waitVerified(alice.user, st.UploadID, 30*time.Second).FileID
 
 		for _, tc := range []struct {

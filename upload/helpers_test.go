@@ -139,6 +139,21 @@ func (e *env) keepsReplacedParts() bool {
 	return len(parts) == 1 && parts[0].ETag == etags[0]
 }
 
+// newHeldEnv is newEnv with every verification held until verify is
+// called (or the test ends), so a test sees a file that S3 holds and ferry
+// has not yet hashed.
+func newHeldEnv(t testing.TB, db *testenv.DB) (e *env, verify func()) {
+	t.Helper()
+	gate := make(chan struct{})
+	var once sync.Once
+	verify = func() { once.Do(func() { close(gate) }) }
+	e = newEnv(t, db, func(c *testConfig) {
+		c.Hooks.VerifyProgress = func(string, int64) { <-gate }
+	})
+	t.Cleanup(verify)
+	return e, verify
+}
+
 // run starts a jobs runner with the upload handlers until t ends.
 func (e *env) run(t testing.TB, lease time.Duration) {
 	t.Helper()

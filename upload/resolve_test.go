@@ -3,7 +3,6 @@ package upload_test
 import (
 	"context"
 	"errors"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,12 +17,7 @@ import (
 // verified; a revoked or expired grant is 410, anything else 403.
 func TestFileResolver(t *testing.T) {
 	testenv.ForEachDB(t, func(t *testing.T, db *testenv.DB) {
-		gate := make(chan struct{})
-		var once sync.Once
-		e := newEnv(t, db, func(c *testConfig) {
-			c.Hooks.VerifyProgress = func(string, int64) { <-gate } // hold the verification
-		})
-		t.Cleanup(func() { once.Do(func() { close(gate) }) })
+		e, verify := newHeldEnv(t, db)
 		e.run(t, 5*time.Second)
 		ctx := context.Background()
 		alice := newClient(t, e, "usr_alice")
@@ -39,7 +33,7 @@ func TestFileResolver(t *testing.T) {
 		if _, err := r.Resolve(ctx, fileID, "usr_reader"); !errors.Is(err, errkind.Conflict) {
 			t.Fatalf("a reader before verification: %v, want file_not_verified", err)
 		}
-		once.Do(func() { close(gate) })
+		verify()
 		e.waitVerified(alice.user, st.UploadID, 30*time.Second)
 
 		_, err = e.svc.CreateGrant(ctx, upload.GrantRequest{Owner: alice.user, FileID: fileID, UserID: "usr_carol", TTL: time.Minute})
