@@ -59,8 +59,8 @@ type Stats struct {
 	Resets         int64 // connections reset by ResetAfter or ResetAll
 	Stalls         int64 // times a stream was held by StallAfter
 	RefusedPeriods int64 // times the listener was closed by Refuse
-	BytesUp        int64 // client to target
-	BytesDown      int64 // target to client
+	BytesUp        int64 // client to target, counted once each write returns
+	BytesDown      int64 // target to client, likewise
 	Open           int   // connections open now
 }
 
