@@ -76,6 +76,10 @@ func (s *Service) merge(ctx context.Context, j *jobs.Job) error {
 	return nil
 }
 
+// errGoneDuringMerge reports an upload whose row was deleted (its user
+// erased) while the merge made its object.
+var errGoneDuringMerge = errors.New("upload: the upload was erased during its merge")
+
 // object is the merged object a file is made of: its key, and the ETag S3
 // gave it.
 type object struct {
@@ -365,6 +369,13 @@ func (s *Service) succeed(ctx context.Context, j *jobs.Job, u *models.Upload, ob
 			return res.Error
 		}
 		if res.RowsAffected != 1 {
+			var n int64
+			if err := tx.Model(&models.Upload{}).Where("id = ?", u.ID).Count(&n).Error; err != nil {
+				return err
+			}
+			if n == 0 {
+				return errGoneDuringMerge
+			}
 			return fmt.Errorf("upload: %s left merging during the merge", u.ID)
 		}
 		if _, err := s.queue.Enqueue(ctx, tx, jobs.Spec{Kind: KindVerify, Key: u.ID}); err != nil {
@@ -372,6 +383,16 @@ func (s *Service) succeed(ctx context.Context, j *jobs.Job, u *models.Upload, ob
 		}
 		return j.Finish(ctx, tx)
 	})
+	if errors.Is(err, errGoneDuringMerge) {
+		// Its user was erased while S3 merged it. The erasure's purge job
+		// may have run before the object existed, and a second purge of
+		// the key would not be queued (one per key), so the object goes
+		// now rather than wait for the cleanup job's sweep of unknown
+		// objects; if the delete fails, that sweep still finds it.
+		s.log.InfoContext(ctx, "upload erased during its merge; deleting the merged object", "upload_id", u.ID, "key", obj.key)
+		s.deleteQuietly(ctx, obj.key)
+		return j.Finish(ctx, s.db.WithContext(ctx))
+	}
 	if err != nil {
 		return err
 	}
