@@ -266,19 +266,97 @@ func TestOpenAPIListsEveryProblemStatus(t *testing.T) {
 	}
 }
 
-// Every problem code ferry's packages create with errkind.New or
-// errkind.Invalidf is named in the Problem schema's list, so a client
-// reading the contract knows each code it can meet. The invalid_<field>
-// family is listed as a pattern; every other code by name. The test
-// parses the Go source of the module (not its tests), so a new code that
-// the document does not name fails here.
+// Every problem code ferry can answer is in the Problem schema's enum of
+// codes (the invalid_<field> family by its pattern), and named in the
+// schema's description by status; and the enum holds no code ferry never
+// makes. The codes are found by parsing the module's Go source (not its
+// tests): the codes given to errkind.New and errkind.Invalidf, directly,
+// through a constant (quota.Code) or through a helper that passes its
+// parameter on (users' jwtError), the Code of errkind.Error and Problem
+// literals, and each status's default code. The e2e suites then validate
+// every problem ferry answers against the enum.
 func TestOpenAPIListsEveryProblemCode(t *testing.T) {
 	desc := problemDescription(t)
 	if !strings.Contains(desc, "invalid_<field>") {
 		t.Fatal("the Problem schema no longer lists the invalid_<field> family")
 	}
-	codes := map[string]string{} // code → where it is made
+	enum, pattern := problemCodeSchema(t)
+	if pattern != "^invalid_[a-z0-9_]+$" {
+		t.Fatalf("the invalid_<field> family's pattern is %q", pattern)
+	}
+	codes := sourceProblemCodes(t)
+	for _, code := range defaultCode {
+		codes[code] = "server/problem.go (a status's default code)"
+	}
+	if len(codes) < 80 {
+		t.Fatalf("found only %d problem codes in the source; the scan is broken", len(codes))
+	}
+	inEnum := map[string]bool{}
+	for _, c := range enum {
+		inEnum[c] = true
+	}
+	for code, at := range codes {
+		if strings.HasPrefix(code, "invalid_") {
+			if !regexp.MustCompile(pattern).MatchString(code) {
+				t.Errorf("problem code %s (%s) does not match the invalid_<field> pattern", code, at)
+			}
+			continue
+		}
+		if !inEnum[code] {
+			t.Errorf("problem code %s (%s) is not in the Problem schema's enum", code, at)
+		}
+		if !regexp.MustCompile(`\b` + regexp.QuoteMeta(code) + `\b`).MatchString(desc) {
+			t.Errorf("problem code %s (%s) is not in the Problem schema's list by status", code, at)
+		}
+	}
+	for _, c := range enum {
+		if _, ok := codes[c]; !ok {
+			t.Errorf("the Problem schema's enum has %s, which ferry never answers", c)
+		}
+	}
+}
+
+// problemCodeSchema is the served document's schema of Problem.code: the
+// enum of codes and the pattern of the invalid_<field> family.
+func problemCodeSchema(t *testing.T) (enum []string, pattern string) {
+	t.Helper()
+	raw, err := OpenAPIJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Components struct {
+			Schemas map[string]struct {
+				Properties map[string]struct {
+					AnyOf []struct {
+						Enum    []string `json:"enum"`
+						Pattern string   `json:"pattern"`
+					} `json:"anyOf"`
+				} `json:"properties"`
+			} `json:"schemas"`
+		} `json:"components"`
+	}
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		t.Fatal(err)
+	}
+	for _, alt := range doc.Components.Schemas["Problem"].Properties["code"].AnyOf {
+		enum = append(enum, alt.Enum...)
+		if alt.Pattern != "" {
+			pattern = alt.Pattern
+		}
+	}
+	if len(enum) == 0 {
+		t.Fatal("Problem.code has no enum of codes")
+	}
+	return enum, pattern
+}
+
+// sourceProblemCodes parses the module's non-test Go source and returns
+// each problem code it makes, with where.
+func sourceProblemCodes(t *testing.T) map[string]string {
+	t.Helper()
 	fset := token.NewFileSet()
+	var files []*ast.File
 	err := filepath.WalkDir("..", func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -293,48 +371,172 @@ func TestOpenAPIListsEveryProblemCode(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		ast.Inspect(f, func(n ast.Node) bool {
-			call, ok := n.(*ast.CallExpr)
-			if !ok {
-				return true
-			}
-			sel, ok := call.Fun.(*ast.SelectorExpr)
-			if !ok {
-				return true
-			}
-			if pkg, ok := sel.X.(*ast.Ident); !ok || pkg.Name != "errkind" {
-				return true
-			}
-			arg := -1
-			switch sel.Sel.Name {
-			case "New":
-				arg = 1
-			case "Invalidf":
-				arg = 0
-			}
-			if arg < 0 || len(call.Args) <= arg {
-				return true
-			}
-			if lit, ok := call.Args[arg].(*ast.BasicLit); ok && lit.Kind == token.STRING {
-				code, _ := strconv.Unquote(lit.Value)
-				codes[code] = fset.Position(lit.Pos()).String()
-			}
-			return true
-		})
+		files = append(files, f)
 		return nil
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(codes) < 50 {
-		t.Fatalf("found only %d problem codes in the source; the scan is broken", len(codes))
-	}
-	for code, at := range codes {
-		if strings.HasPrefix(code, "invalid_") {
-			continue
+	str := func(e ast.Expr) (string, bool) {
+		if lit, ok := e.(*ast.BasicLit); ok && lit.Kind == token.STRING {
+			v, err := strconv.Unquote(lit.Value)
+			return v, err == nil
 		}
-		if !regexp.MustCompile(`\b` + regexp.QuoteMeta(code) + `\b`).MatchString(desc) {
-			t.Errorf("problem code %s (%s) is not in the Problem schema's list", code, at)
+		return "", false
+	}
+	// String constants, as pkg.Name; and helpers that hand one of their
+	// parameters to errkind.New as the code, as pkg.func → its index.
+	consts := map[string]string{}
+	type helper struct {
+		index int    // of the parameter that is the code
+		param string // its name
+	}
+	helpers := map[string]helper{}
+	isErrkind := func(call *ast.CallExpr) (int, bool) {
+		sel, ok := call.Fun.(*ast.SelectorExpr)
+		if !ok {
+			return 0, false
+		}
+		if pkg, ok := sel.X.(*ast.Ident); !ok || pkg.Name != "errkind" {
+			return 0, false
+		}
+		switch sel.Sel.Name {
+		case "New":
+			return 1, true
+		case "Invalidf":
+			return 0, true
+		}
+		return 0, false
+	}
+	for _, f := range files {
+		pkg := f.Name.Name
+		for _, d := range f.Decls {
+			switch d := d.(type) {
+			case *ast.GenDecl:
+				if d.Tok != token.CONST {
+					continue
+				}
+				for _, spec := range d.Specs {
+					vs := spec.(*ast.ValueSpec)
+					for i, name := range vs.Names {
+						if i < len(vs.Values) {
+							if v, ok := str(vs.Values[i]); ok {
+								consts[pkg+"."+name.Name] = v
+							}
+						}
+					}
+				}
+			case *ast.FuncDecl:
+				var params []string
+				for _, fld := range d.Type.Params.List {
+					for _, n := range fld.Names {
+						params = append(params, n.Name)
+					}
+				}
+				ast.Inspect(d, func(n ast.Node) bool {
+					call, ok := n.(*ast.CallExpr)
+					if !ok {
+						return true
+					}
+					if arg, ok := isErrkind(call); ok && len(call.Args) > arg {
+						if id, ok := call.Args[arg].(*ast.Ident); ok {
+							if i := slices.Index(params, id.Name); i >= 0 {
+								helpers[pkg+"."+d.Name.Name] = helper{i, id.Name}
+							}
+						}
+					}
+					return true
+				})
+			}
 		}
 	}
+	codes := map[string]string{}
+	for _, f := range files {
+		pkg := f.Name.Name
+		resolve := func(e ast.Expr) (string, bool) {
+			if v, ok := str(e); ok {
+				return v, true
+			}
+			switch e := e.(type) {
+			case *ast.Ident:
+				v, ok := consts[pkg+"."+e.Name]
+				return v, ok
+			case *ast.SelectorExpr:
+				if x, ok := e.X.(*ast.Ident); ok {
+					v, ok := consts[x.Name+"."+e.Sel.Name]
+					return v, ok
+				}
+			}
+			return "", false
+		}
+		record := func(e ast.Expr, what string) {
+			if v, ok := resolve(e); ok {
+				codes[v] = fset.Position(e.Pos()).String()
+				return
+			}
+			switch e := e.(type) {
+			case *ast.Ident:
+				if h, ok := helpers[pkg+"."+enclosingFunc(f, e)]; ok && h.param == e.Name {
+					return // a helper's own parameter: its callers are scanned
+				}
+			case *ast.BinaryExpr:
+				if v, ok := str(e.X); ok && e.Op == token.ADD && v == "invalid_" {
+					return // "invalid_" + field: the family the pattern covers
+				}
+			}
+			t.Errorf("%s: a problem code made by %s that the scan cannot read; give it as a literal or a constant", fset.Position(e.Pos()), what)
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			switch n := n.(type) {
+			case *ast.CallExpr:
+				if arg, ok := isErrkind(n); ok && len(n.Args) > arg {
+					record(n.Args[arg], "errkind")
+				}
+				var name string
+				switch fn := n.Fun.(type) {
+				case *ast.Ident:
+					name = pkg + "." + fn.Name
+				case *ast.SelectorExpr:
+					if x, ok := fn.X.(*ast.Ident); ok {
+						name = x.Name + "." + fn.Sel.Name
+					}
+				}
+				if h, ok := helpers[name]; ok && len(n.Args) > h.index {
+					record(n.Args[h.index], name)
+				}
+			case *ast.CompositeLit:
+				var typ string
+				switch ty := n.Type.(type) {
+				case *ast.Ident:
+					typ = ty.Name
+				case *ast.SelectorExpr:
+					typ = ty.Sel.Name
+				}
+				if typ != "Error" && typ != "Problem" {
+					return true
+				}
+				for _, el := range n.Elts {
+					if kv, ok := el.(*ast.KeyValueExpr); ok {
+						if k, ok := kv.Key.(*ast.Ident); ok && k.Name == "Code" {
+							if _, ok := resolve(kv.Value); ok {
+								record(kv.Value, typ+" literal")
+							}
+						}
+					}
+				}
+			}
+			return true
+		})
+	}
+	return codes
+}
+
+// enclosingFunc is the name of the function declaration in f that holds e.
+func enclosingFunc(f *ast.File, e ast.Node) string {
+	for _, d := range f.Decls {
+		if fd, ok := d.(*ast.FuncDecl); ok && fd.Pos() <= e.Pos() && e.End() <= fd.End() {
+			return fd.Name.Name
+		}
+	}
+	return ""
 }
