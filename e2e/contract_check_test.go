@@ -61,6 +61,37 @@ func TestContractClientCatchesMismatches(t *testing.T) {
 	}
 }
 
+// A bare http.Get goes through http.DefaultTransport, which TestMain made
+// a contract transport: it checks the exchanges with a ferry the harness
+// watches (here a stand-in answering what the document does not
+// describe) and stops checking once the test that started it ends.
+func TestDefaultTransportHeldToContract(t *testing.T) {
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte(`{"status":"fine"}`))
+	}))
+	defer ts.Close()
+	get := func() error {
+		resp, err := http.Get(ts.URL + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err
+	}
+	if err := get(); err != nil {
+		t.Fatalf("a server nobody watches was checked: %v", err)
+	}
+	t.Run("watched", func(t *testing.T) {
+		watchContract(t, ts.URL)
+		if err := get(); err == nil || !strings.Contains(err.Error(), "not as server/openapi.yaml says") {
+			t.Fatalf("err = %v, want the contract's refusal", err)
+		}
+	})
+	if err := get(); err != nil {
+		t.Fatalf("still checked after the watching test ended: %v", err)
+	}
+}
+
 // The binary serves the contract: /openapi.json is a valid OpenAPI 3.1
 // document by the specification's schema, and /docs the reference page
 // whose script ferry serves itself.

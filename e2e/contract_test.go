@@ -16,17 +16,22 @@ import (
 	"github.com/pb33f/libopenapi-validator/config"
 	verrors "github.com/pb33f/libopenapi-validator/errors"
 
+	"github.com/ferry-io/ferry/internal/testenv"
 	"github.com/ferry-io/ferry/server"
 )
 
 // The API contract (server/openapi.yaml) checked on the e2e traffic: the
 // harness's client (Ferry.HTTP, behind Ferry.Do) sends every request to
 // ferry through contractTransport, which validates the request and the
-// answer against the document. A request the document accepts must get an
-// answer it describes (status, content type, body schema); a request the
-// document refuses (tests send bad input on purpose) must get a 4xx, so a
-// request ferry takes that the document does not describe still fails.
-// Requests to other hosts (presigned URLs to the bucket) pass unchecked.
+// answer against the document. So does http.DefaultTransport, which
+// TestMain replaces: a test's bare http.Get of a download link, and the
+// in-process Go client's API calls, are held to the document as soon as
+// they go to a ferry the harness started (watchContract). A request the
+// document accepts must get an answer it describes (status, content type,
+// body schema); a request the document refuses (tests send bad input on
+// purpose) must get a 4xx, so a request ferry takes that the document does
+// not describe still fails. Requests to other hosts (presigned URLs to the
+// bucket, the metrics listener, the example backend) pass unchecked.
 
 var (
 	contractOnce sync.Once
@@ -61,32 +66,74 @@ func contractValidator() (validator.Validator, error) {
 	return contractV, contractErr
 }
 
-// contractTransport validates the exchanges with the ferry at origin.
+// contractTransport validates the exchanges with the ferry at origin, or
+// with every ferry watchContract registered when origin is empty.
 type contractTransport struct {
 	origin string // scheme://host:port of the ferry under test
 	base   http.RoundTripper
 }
 
+// plainTransport is http.DefaultTransport as the process started, before
+// TestMain put a contractTransport in its place.
+var plainTransport = http.DefaultTransport
+
+// contractOrigins are the origins (scheme://host:port) of the ferry
+// servers running in this test process: http.DefaultTransport checks the
+// exchanges with them.
+var contractOrigins sync.Map
+
+// watchContract holds the default transport's exchanges with the ferry
+// at origin to the document until the test ends.
+func watchContract(t interface{ Cleanup(func()) }, origin string) {
+	contractOrigins.Store(origin, true)
+	t.Cleanup(func() { contractOrigins.Delete(origin) })
+}
+
 // newContractClient is an HTTP client whose exchanges with ferry at
 // origin are held to the document.
 func newContractClient(origin string) *http.Client {
-	return &http.Client{Transport: &contractTransport{origin: origin, base: http.DefaultTransport}}
+	return &http.Client{Transport: &contractTransport{origin: origin, base: plainTransport}}
+}
+
+func (t *contractTransport) covers(origin string) bool {
+	if t.origin != "" {
+		return origin == t.origin
+	}
+	_, ok := contractOrigins.Load(origin)
+	return ok
 }
 
 func (t *contractTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	if req.URL.Scheme+"://"+req.URL.Host != t.origin {
+	if !t.covers(req.URL.Scheme + "://" + req.URL.Host) {
 		return t.base.RoundTrip(req)
 	}
-	var reqBody []byte
-	if req.Body != nil && req.Body != http.NoBody {
-		b, err := io.ReadAll(req.Body)
-		req.Body.Close()
+	reqBody := func() []byte { return nil }
+	switch {
+	case req.Body == nil || req.Body == http.NoBody:
+	case req.GetBody != nil:
+		// A body in memory (http.NewRequest with a bytes or strings
+		// reader): a copy of it is the validator's.
+		body, err := req.GetBody()
 		if err != nil {
 			return nil, err
 		}
-		reqBody = b
-		req.Body = io.NopCloser(bytes.NewReader(b))
-		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }
+		b, err := io.ReadAll(body)
+		body.Close()
+		if err != nil {
+			return nil, err
+		}
+		reqBody = func() []byte { return b }
+	default:
+		// A streaming body (a pipe a test trickles into): sent as it
+		// comes, and copied on its way for the validator, so the request
+		// reaches ferry exactly when it would without the check.
+		var cp testenv.SyncBuffer
+		req = req.Clone(req.Context())
+		req.Body = struct {
+			io.Reader
+			io.Closer
+		}{io.TeeReader(req.Body, &cp), req.Body}
+		reqBody = cp.Bytes
 	}
 	resp, err := t.base.RoundTrip(req)
 	if err != nil {
@@ -94,7 +141,7 @@ func (t *contractTransport) RoundTrip(req *http.Request) (*http.Response, error)
 	}
 	// The copy the validator reads; the caller gets req and resp intact.
 	vreq := req.Clone(req.Context())
-	vreq.Body = io.NopCloser(bytes.NewReader(reqBody))
+	vreq.Body = io.NopCloser(bytes.NewReader(reqBody()))
 	vresp := *resp
 	vresp.Body = http.NoBody
 	if checkedBody(resp) {

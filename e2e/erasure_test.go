@@ -92,8 +92,9 @@ func listBucket(t *testing.T, b bucketView) (objects, multipart []string) {
 }
 
 // uploadWithCLI uploads path as the user with tok through `ferry upload`
-// (which answers a proof-of-possession challenge itself) and returns the
-// file id.
+// (which answers a proof-of-possession challenge itself), waits until
+// ferry has verified the file (grants and deduplication need that) and
+// returns the file id.
 func uploadWithCLI(t *testing.T, f *Ferry, tok, path string) string {
 	t.Helper()
 	out, err := cli(t, f, f.URL, tok, "upload", "--json", path).Output()
@@ -104,6 +105,9 @@ func uploadWithCLI(t *testing.T, f *Ferry, tok, path string) string {
 	id, _ := done["file_id"].(string)
 	if id == "" {
 		t.Fatalf("ferry upload %s: no file_id in %v", path, done)
+	}
+	if up, _ := done["upload_id"].(string); up != "" {
+		f.waitVerified(tok, up)
 	}
 	return id
 }

@@ -30,10 +30,12 @@ var (
 	buildErr  error
 )
 
-// TestMain removes the binaries goBuild made: each test process makes
-// some (ferry's is about 100 MB with the race detector), and CI runs this
-// package several times on one disk.
+// TestMain holds the default HTTP transport's exchanges with ferry to the
+// API contract (contract_test.go), and removes the binaries goBuild made:
+// each test process makes some (ferry's is about 100 MB with the race
+// detector), and CI runs this package several times on one disk.
 func TestMain(m *testing.M) {
+	http.DefaultTransport = &contractTransport{base: plainTransport}
 	code := m.Run()
 	builtDirs.Range(func(dir, _ any) bool {
 		os.RemoveAll(dir.(string))
@@ -189,6 +191,7 @@ func Start(t testing.TB, o Options) *Ferry {
 	}
 	f.URL = "http://" + addr
 	f.HTTP = newContractClient(f.URL)
+	watchContract(t, f.URL)
 	f.start(bin)
 	t.Cleanup(f.Kill)
 	if !o.NoWait {

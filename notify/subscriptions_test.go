@@ -1,7 +1,6 @@
 package notify_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -288,7 +287,7 @@ func TestDeleteDuringAttemptLeavesNoOrphan(t *testing.T) {
 // may hold the receiver's token.
 func TestLogsKeepURLsOutAndNameIDsOneWay(t *testing.T) {
 	db := testenv.NewDB(t, models.SQLite)
-	var buf syncBuffer
+	var buf testenv.SyncBuffer
 	q := testenv.Must(jobs.NewQueue(jobs.QueueConfig{DB: db.DB, Now: time.Now}))
 	svc := testenv.Must(notify.New(notify.Config{DB: db.DB, Queue: q, AllowPrivate: true, Poll: 50 * time.Millisecond,
 		Log: slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))}))
@@ -331,17 +330,3 @@ func TestLogsKeepURLsOutAndNameIDsOneWay(t *testing.T) {
 		t.Fatalf("logged %v; want created, rotated, delivered and deleted", seen)
 	}
 }
-
-// syncBuffer is a bytes.Buffer safe for the workers that log into it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }

@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -230,10 +229,9 @@ func TestTicketAsCredential(t *testing.T) {
 // log never shows it.
 func TestTicketInPathIsNotLogged(t *testing.T) {
 	db := testenv.NewDB(t, "sqlite")
-	var mu sync.Mutex
-	var logs bytes.Buffer
+	var logs testenv.SyncBuffer
 	a := newAPIWith(t, db, func(d *server.Deps) {
-		d.Log = slog.New(slog.NewJSONHandler(&lockedBuffer{mu: &mu, b: &logs}, nil))
+		d.Log = slog.New(slog.NewJSONHandler(&logs, nil))
 	})
 	aliceID, _ := a.userWithID("alice")
 	r := a.do("POST", "/tickets", a.key(users.ScopeTicketsCreate), map[string]any{"user_id": aliceID})
@@ -241,22 +239,9 @@ func TestTicketInPathIsNotLogged(t *testing.T) {
 	if r := a.do("POST", "/tickets/"+tk+"/s3/multipart", "", map[string]any{"filename": "u.bin", "type": ""}); r.Status != 200 {
 		t.Fatalf("create by path: %d %s", r.Status, r.Body)
 	}
-	mu.Lock()
-	defer mu.Unlock()
 	if strings.Contains(logs.String(), tk) || !strings.Contains(logs.String(), `"path":"/tickets/REDACTED/s3/multipart"`) {
 		t.Fatalf("the log shows the ticket, or not the redacted path:\n%s", logs.String())
 	}
-}
-
-type lockedBuffer struct {
-	mu *sync.Mutex
-	b  *bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
 }
 
 // GET /me shows usage and quota; PATCH /admin/users/{id} overrides a
