@@ -162,30 +162,33 @@ func TestForwardsBothWays(t *testing.T) {
 	t.Fatalf("stats %+v, want %+v", st, want)
 }
 
+// The bounds of the timed tests leave room for a loaded CI machine (the
+// race detector, other packages' tests on the same two cores); each stays
+// well clear of what the behaviour it rules out would cost.
 func TestLatencyIsOneWayPerDirectionAndSwitchable(t *testing.T) {
 	u := startUpstream(t)
 	p := testenv.FaultProxy(t, u.addr)
 	c := dial(t, p, 0)
-	if d := roundTrip(t, c, []byte("warm")); d > 100*time.Millisecond {
+	if d := roundTrip(t, c, []byte("warm")); d > 250*time.Millisecond {
 		t.Fatalf("round trip without latency took %s", d)
 	}
 	// Set on an open connection: the next round trip pays it twice.
 	p.SetLatency(150 * time.Millisecond)
-	if d := roundTrip(t, c, []byte("slow")); d < 300*time.Millisecond || d > time.Second {
+	if d := roundTrip(t, c, []byte("slow")); d < 300*time.Millisecond || d > 2*time.Second {
 		t.Fatalf("round trip with 150ms one-way latency took %s, want about 300ms", d)
 	}
 	// Latency delays, it does not throttle: 2 MiB arrive in about one
-	// latency, not one latency per chunk.
+	// latency, not one latency per chunk (32 chunks: 4.8 s).
 	d2 := dial(t, p, 2<<20)
 	start := time.Now()
 	if _, err := io.CopyN(io.Discard, d2, 2<<20); err != nil {
 		t.Fatal(err)
 	}
-	if el := time.Since(start); el > 1500*time.Millisecond {
+	if el := time.Since(start); el > 3*time.Second {
 		t.Fatalf("2 MiB under 150ms latency took %s: latency is serialising chunks", el)
 	}
 	p.SetLatency(0)
-	if d := roundTrip(t, c, []byte("fast again")); d > 100*time.Millisecond {
+	if d := roundTrip(t, c, []byte("fast again")); d > 250*time.Millisecond {
 		t.Fatalf("round trip after removing the latency took %s", d)
 	}
 }
@@ -199,11 +202,12 @@ func TestBandwidthCapAndLiftAtRunTime(t *testing.T) {
 	if _, err := io.CopyN(io.Discard, c, 512<<10); err != nil {
 		t.Fatal(err)
 	}
-	if el := time.Since(start); el < 1700*time.Millisecond || el > 3500*time.Millisecond {
+	if el := time.Since(start); el < 1700*time.Millisecond || el > 5*time.Second {
 		t.Fatalf("512 KiB at 256 KiB/s took %s, want about 2s", el)
 	}
 	// The cap is shared: two downloads at once take as long as one twice
-	// the size. And lifting it mid-transfer takes effect at once.
+	// the size. And lifting it mid-transfer takes effect at once (capped,
+	// the rest would take about 30 s).
 	c1, c2 := dial(t, p, 4<<20), dial(t, p, 4<<20)
 	time.Sleep(500 * time.Millisecond)
 	p.SetBandwidth(faultproxy.Both, 0)
@@ -213,11 +217,11 @@ func TestBandwidthCapAndLiftAtRunTime(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if el := time.Since(start); el > time.Second {
+	if el := time.Since(start); el > 3*time.Second {
 		t.Fatalf("8 MiB after lifting the cap took %s", el)
 	}
-	// The upstream direction was never capped.
-	if d := roundTrip(t, c1, make([]byte, 1<<20)); d > time.Second {
+	// The upstream direction was never capped (capped, 4 s).
+	if d := roundTrip(t, c1, make([]byte, 1<<20)); d > 2500*time.Millisecond {
 		t.Fatalf("1 MiB echo took %s", d)
 	}
 }
