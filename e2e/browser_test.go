@@ -85,8 +85,11 @@ func runBrowser(t testing.TB, cfg map[string]any, out any) {
 		t.Fatalf("browser scenario %s: %v\n%s", cfg["scenario"], err, stderr.String())
 	}
 	sc := bufio.NewScanner(&stdout)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	sc.Buffer(make([]byte, 1<<20), 64<<20)
 	for sc.Scan() {
+		if line, ok := strings.CutPrefix(sc.Text(), "EXCHANGES "); ok {
+			checkBrowserExchanges(t, line)
+		}
 		if line, ok := strings.CutPrefix(sc.Text(), "RESULT "); ok {
 			if err := json.Unmarshal([]byte(line), out); err != nil {
 				t.Fatalf("result %s: %v", line, err)

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -89,6 +90,29 @@ func TestDefaultTransportHeldToContract(t *testing.T) {
 	})
 	if err := get(); err != nil {
 		t.Fatalf("still checked after the watching test ended: %v", err)
+	}
+}
+
+// What run.mjs records of Chromium's traffic is checked like the test
+// process's own: a described answer passes, an undocumented member and a
+// 2xx to a request the document refuses are mismatches.
+func TestBrowserExchangesHeldToContract(t *testing.T) {
+	ex := func(method, path, reqBody string, status int, body string) map[string]any {
+		return map[string]any{"method": method, "url": "http://127.0.0.1:9/" + strings.TrimPrefix(path, "/"),
+			"headers": map[string]string{"authorization": "Bearer fry_x", "content-type": "application/json"}, "body": reqBody,
+			"status": status, "respHeaders": map[string]string{"content-type": "application/json; charset=utf-8"}, "respBody": body}
+	}
+	raw, _ := json.Marshal([]any{
+		ex("GET", "/healthz", "", 200, `{"status":"ok"}`),
+		ex("GET", "/healthz", "", 200, `{"status":"ok","uptime":1}`),
+		ex("POST", "/admin/users", `{"nmae":"x"}`, 201, `{}`),
+	})
+	n, errs, err := browserMismatches(string(raw))
+	if err != nil || n != 3 || len(errs) != 2 {
+		t.Fatalf("%d exchanges, mismatches %v, err %v; want 3 and 2", n, errs, err)
+	}
+	if !strings.Contains(errs[0].Error(), "not as server/openapi.yaml says") || !strings.Contains(errs[1].Error(), "which server/openapi.yaml refuses") {
+		t.Fatalf("mismatches %v", errs)
 	}
 }
 

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"testing"
 
 	"github.com/pb33f/libopenapi"
 	validator "github.com/pb33f/libopenapi-validator"
@@ -31,7 +33,9 @@ import (
 // body schema); a request the document refuses (tests send bad input on
 // purpose) must get a 4xx, so a request ferry takes that the document does
 // not describe still fails. Requests to other hosts (presigned URLs to the
-// bucket, the metrics listener, the example backend) pass unchecked.
+// bucket, the metrics listener, the example backend) pass unchecked. What
+// Chromium exchanges with ferry in the browser tests is recorded by
+// e2e/browser/run.mjs and checked the same way (checkBrowserExchanges).
 
 var (
 	contractOnce sync.Once
@@ -158,6 +162,69 @@ func (t *contractTransport) RoundTrip(req *http.Request) (*http.Response, error)
 		return nil, err
 	}
 	return resp, nil
+}
+
+// browserExchange is one request Chromium finished with ferry, as
+// e2e/browser/run.mjs records it.
+type browserExchange struct {
+	Method      string            `json:"method"`
+	URL         string            `json:"url"`
+	Headers     map[string]string `json:"headers"`
+	Body        string            `json:"body"`
+	Status      int               `json:"status"`
+	RespHeaders map[string]string `json:"respHeaders"`
+	RespBody    string            `json:"respBody"`
+}
+
+// checkBrowserExchanges holds what Chromium sent ferry in a browser
+// scenario, and ferry's answers, to the document, as contractTransport
+// does for the test process's own requests. A mismatch fails the test.
+func checkBrowserExchanges(t testing.TB, raw string) {
+	t.Helper()
+	n, errs, err := browserMismatches(raw)
+	if err != nil {
+		t.Fatalf("browser exchanges: %v", err)
+	}
+	for i, err := range errs {
+		if i == 10 {
+			t.Errorf("and %d more of Chromium's exchanges with ferry", len(errs)-10)
+			break
+		}
+		t.Errorf("from Chromium: %v", err)
+	}
+	t.Logf("%d of Chromium's exchanges with ferry checked against the contract, %d mismatches", n, len(errs))
+}
+
+// browserMismatches checks the exchanges run.mjs recorded (a JSON array
+// of browserExchange) and returns how many there were and the mismatches.
+func browserMismatches(raw string) (int, []error, error) {
+	var xs []browserExchange
+	if err := json.Unmarshal([]byte(raw), &xs); err != nil {
+		return 0, nil, err
+	}
+	var errs []error
+	for _, x := range xs {
+		req, err := http.NewRequest(x.Method, x.URL, strings.NewReader(x.Body))
+		if err != nil {
+			return 0, nil, fmt.Errorf("%s %s: %w", x.Method, x.URL, err)
+		}
+		for k, v := range x.Headers {
+			if !strings.HasPrefix(k, ":") {
+				req.Header.Set(k, v)
+			}
+		}
+		resp := &http.Response{StatusCode: x.Status, Header: http.Header{}, Body: http.NoBody, Request: req}
+		for k, v := range x.RespHeaders {
+			resp.Header.Set(k, v)
+		}
+		if checkedBody(resp) {
+			resp.Body = io.NopCloser(strings.NewReader(x.RespBody))
+		}
+		if err := checkExchange(req, resp); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return len(xs), errs, nil
 }
 
 // checkedBody says whether resp's body is read and validated: JSON

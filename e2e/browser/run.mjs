@@ -1,7 +1,9 @@
 // Drives Debian's Chromium with playwright-core for ferry's browser tests
 // (e2e/browser_test.go). One scenario per run; its configuration comes as
 // JSON in FERRY_E2E, its result goes to stdout as one line "RESULT {json}",
-// and everything else goes to stderr.
+// preceded by one line "EXCHANGES [json]" (what Chromium sent ferry and what
+// it answered, which the Go side holds to the API contract), and everything
+// else goes to stderr.
 //
 //   FERRY_E2E='{"scenario":"ui-upload","url":…,"token":…,"file":…}' node run.mjs
 
@@ -73,6 +75,7 @@ async function launch({ bypassCSP = false } = {}) {
     args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
       '--disable-background-networking', '--disable-component-update', '--disable-sync'],
   })
+  recordExchanges(context)
   const page = context.pages()[0] || await context.newPage()
   page.on('console', (m) => log('console:', m.type(), m.text()))
   page.on('pageerror', (e) => log('page error:', e.message))
@@ -81,6 +84,32 @@ async function launch({ bypassCSP = false } = {}) {
     rmSync(profile, { recursive: true, force: true })
   }
   return { context, page, close }
+}
+
+// exchanges are the requests Chromium (pages and workers alike) finished
+// with ferry at cfg.url, with ferry's answers: method, URL, headers
+// (cookies included), the request body, the status, and the answer's body
+// when it is JSON. CORS preflights are the browser's protocol, not calls
+// of the API, and are left out; so are requests that got no answer (a
+// reload or an abort cut them).
+const exchanges = []
+const pendingExchanges = []
+
+function recordExchanges(context) {
+  const origin = cfg.url && new URL(cfg.url).origin
+  context.on('requestfinished', (req) => {
+    if (!origin || new URL(req.url()).origin !== origin || req.method() === 'OPTIONS') return
+    pendingExchanges.push((async () => {
+      const resp = await req.response()
+      if (!resp) return
+      const headers = await resp.allHeaders()
+      const json = /^application\/(problem\+)?json\b/.test(headers['content-type'] || '')
+      exchanges.push({
+        method: req.method(), url: req.url(), headers: await req.allHeaders(), body: req.postData() || '',
+        status: resp.status(), respHeaders: headers, respBody: json ? await resp.text() : '',
+      })
+    })().catch((e) => log('exchange not recorded:', req.method(), req.url(), e.message)))
+  })
 }
 
 // procStat reads a process's (or thread's) name, parent and CPU seconds
@@ -1115,5 +1144,7 @@ try {
   await close()
   process.exit(1)
 }
+await Promise.allSettled(pendingExchanges)
 await close()
+process.stdout.write('EXCHANGES ' + JSON.stringify(exchanges) + '\n')
 process.stdout.write('RESULT ' + JSON.stringify(result) + '\n')
