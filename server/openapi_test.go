@@ -222,9 +222,20 @@ func TestOpenAPIServed(t *testing.T) {
 	}
 }
 
-// problemDescription is the served document's description of the Problem
-// schema, where the statuses and codes are listed.
-func problemDescription(t *testing.T) string {
+// problemSchema is the served document's Problem schema, as far as the
+// tests read it: the description, where the statuses and codes are listed
+// for people, and the code's alternatives (the enum, the pattern).
+type problemSchema struct {
+	Description string `json:"description"`
+	Properties  map[string]struct {
+		AnyOf []struct {
+			Enum    []string `json:"enum"`
+			Pattern string   `json:"pattern"`
+		} `json:"anyOf"`
+	} `json:"properties"`
+}
+
+func readProblemSchema(t *testing.T) problemSchema {
 	t.Helper()
 	raw, err := OpenAPIJSON()
 	if err != nil {
@@ -232,16 +243,17 @@ func problemDescription(t *testing.T) string {
 	}
 	var doc struct {
 		Components struct {
-			Schemas map[string]struct {
-				Description string `json:"description"`
-			} `json:"schemas"`
+			Schemas map[string]problemSchema `json:"schemas"`
 		} `json:"components"`
 	}
 	if err := json.Unmarshal(raw, &doc); err != nil {
 		t.Fatal(err)
 	}
-	return doc.Components.Schemas["Problem"].Description
+	return doc.Components.Schemas["Problem"]
 }
+
+// problemDescription is the Problem schema's description.
+func problemDescription(t *testing.T) string { return readProblemSchema(t).Description }
 
 // The Problem schema lists every status an errkind kind maps to, with its
 // default code, so a kind added to errkind and problem.go is added to the
@@ -320,26 +332,7 @@ func TestOpenAPIListsEveryProblemCode(t *testing.T) {
 // enum of codes and the pattern of the invalid_<field> family.
 func problemCodeSchema(t *testing.T) (enum []string, pattern string) {
 	t.Helper()
-	raw, err := OpenAPIJSON()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var doc struct {
-		Components struct {
-			Schemas map[string]struct {
-				Properties map[string]struct {
-					AnyOf []struct {
-						Enum    []string `json:"enum"`
-						Pattern string   `json:"pattern"`
-					} `json:"anyOf"`
-				} `json:"properties"`
-			} `json:"schemas"`
-		} `json:"components"`
-	}
-	if err := json.Unmarshal(raw, &doc); err != nil {
-		t.Fatal(err)
-	}
-	for _, alt := range doc.Components.Schemas["Problem"].Properties["code"].AnyOf {
+	for _, alt := range readProblemSchema(t).Properties["code"].AnyOf {
 		enum = append(enum, alt.Enum...)
 		if alt.Pattern != "" {
 			pattern = alt.Pattern
