@@ -62,10 +62,15 @@ type Blob struct {
 	// S3ETag is the object's ETag when ferry recorded it (at completion,
 	// and again when it hashed it); a different one means the object
 	// changed behind ferry's back.
-	S3ETag    string `gorm:"column:s3_etag"`
-	Refs      int
-	CreatedAt time.Time
-	UpdatedAt time.Time
+	S3ETag string `gorm:"column:s3_etag"`
+	// HeadCRC32C is the base64 CRC32C of the object's first
+	// min(Size, upload.HeadLength) bytes, recorded with SHA256 by the
+	// verify job: the cheap key by which Init tells a client that its
+	// content may be held.
+	HeadCRC32C *string `gorm:"column:head_crc32c"`
+	Refs       int
+	CreatedAt  time.Time
+	UpdatedAt  time.Time
 }
 
 // File is a file a user owns.

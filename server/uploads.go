@@ -52,6 +52,9 @@ type uploadJSON struct {
 	Error          string     `json:"error,omitempty"`
 	FileID         string     `json:"file_id,omitempty"`
 	Instant        bool       `json:"instant,omitempty"`
+	// InstantCandidate answers a head_crc32c at init: ferry holds verified
+	// content of this size and head, so hashing the file may pay off.
+	InstantCandidate bool `json:"instant_candidate,omitempty"`
 }
 
 type partJSON struct {
@@ -65,7 +68,7 @@ func toUploadJSON(st upload.Status) uploadJSON {
 	out := uploadJSON{
 		UploadID: st.UploadID, State: st.State, FileName: st.FileName, ContentType: st.ContentType, Size: st.Size,
 		SHA256: st.SHA256, PartSize: st.PartSize, PartCount: st.PartCount, Parts: make([]partJSON, len(st.Parts)),
-		Error: st.Error, FileID: st.FileID, Instant: st.Instant, Checksum: st.Checksum,
+		Error: st.Error, FileID: st.FileID, Instant: st.Instant, Checksum: st.Checksum, InstantCandidate: st.InstantCandidate,
 	}
 	for i, p := range st.Parts {
 		out.Parts[i] = partJSON{PartNumber: p.Number, Size: p.Size, ETag: p.ETag, CRC32C: p.CRC32C}
@@ -139,6 +142,7 @@ func (s *Server) initUpload(c *gin.Context) error {
 		PartSize        int64           `json:"part_size"`
 		Checksum        string          `json:"checksum_algorithm"`
 		FirstPartCRC32C string          `json:"first_part_crc32c"`
+		HeadCRC32C      string          `json:"head_crc32c"`
 		Metadata        json.RawMessage `json:"metadata"`
 	}
 	if err := bindJSON(c, &req); err != nil {
@@ -150,7 +154,7 @@ func (s *Server) initUpload(c *gin.Context) error {
 	}
 	res, err := s.d.Uploads.Init(c.Request.Context(), caller(c).ID, upload.InitRequest{
 		FileName: req.FileName, Size: req.Size, ContentType: req.ContentType, SHA256: req.SHA256, PartSize: req.PartSize,
-		Checksum: req.Checksum, FirstPartCRC32C: req.FirstPartCRC32C, Metadata: meta, Ticket: ticketOf(c),
+		Checksum: req.Checksum, FirstPartCRC32C: req.FirstPartCRC32C, HeadCRC32C: req.HeadCRC32C, Metadata: meta, Ticket: ticketOf(c),
 	})
 	if err != nil {
 		return err

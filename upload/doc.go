@@ -16,7 +16,8 @@
 // CRC32C, or Content-MD5 where the store has no checksums) and PUTs the
 // parts to S3 itself, optionally reporting each finished part
 // (ReportPart) and declaring the file's SHA-256 once it knows it
-// (DeclareSHA256). Complete checks with S3's ListParts that every part is
+// (DeclareSHA256), which a client does when Init said the content may be
+// held (InstantCandidate). Complete checks with S3's ListParts that every part is
 // there with the right size, records the whole file's CRC32C, moves the
 // upload to pending and enqueues one merge job; a worker (Service.Register
 // adds it to a jobs.Runner) completes the multipart upload, and in one
@@ -55,7 +56,13 @@
 //     must answer a single-use challenge first: for three server-chosen
 //     byte ranges, SHA-256(nonce || range bytes) with a fresh server nonce
 //     (ProofDigest), so that no answer can be computed from the content's
-//     hash, even when a range is the whole file.
+//     hash, even when a range is the whole file. The verify job records
+//     with the hash the CRC32C of the content's first HeadLength bytes;
+//     Init tells a client that sends its file's (HeadCRC32C) whether
+//     verified content of that size and head exists (InstantCandidate),
+//     so that clients hash a whole file only when an instant upload may
+//     come of it. The hint is never an answer: the SHA-256 and a proof
+//     decide.
 //
 //   - U7: a periodic cleanup job expires idle uploads and aborts them in S3,
 //     aborts multipart uploads under uploads/ that no live row owns, purges

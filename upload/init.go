@@ -62,13 +62,48 @@ func (s *Service) Init(ctx context.Context, userID string, r InitRequest) (InitR
 		if err != nil || ok {
 			return res, err
 		}
-	} else if p.firstPartCRC32C != "" {
-		st, ok, err := s.resumeBy(ctx, hintKey(userID, p))
-		if err != nil || ok {
-			return InitResult{Outcome: Resumed, Upload: st}, err
+		return s.create(ctx, userID, p)
+	}
+	candidate, err := s.headHeld(ctx, p)
+	if err != nil {
+		return InitResult{}, err
+	}
+	res, ok := InitResult{Outcome: Resumed}, false
+	if p.firstPartCRC32C != "" {
+		res.Upload, ok, err = s.resumeBy(ctx, hintKey(userID, p))
+		if err != nil {
+			return InitResult{}, err
 		}
 	}
-	return s.create(ctx, userID, p)
+	if !ok {
+		if res, err = s.create(ctx, userID, p); err != nil {
+			return res, err
+		}
+	}
+	res.Upload.InstantCandidate = candidate && res.Upload.State == StateUploading
+	return res, nil
+}
+
+// HeadLength is how much of a file its head CRC32C covers: the first part
+// at the default part size, which a client reads first anyway.
+const HeadLength = 8 << 20
+
+// headHeld reports whether ferry holds verified content of the planned
+// size whose head has the client's CRC32C. It is a hint, not an answer:
+// different files can share size and head (the client's SHA-256 and a
+// proof decide), so it tells a caller no more about others' content than
+// the SHA-256 lookup it leads to.
+func (s *Service) headHeld(ctx context.Context, p plan) (bool, error) {
+	if p.headCRC32C == "" {
+		return false, nil
+	}
+	var n int64
+	err := s.db.WithContext(ctx).Model(&models.Blob{}).
+		Where("size = ? AND head_crc32c = ? AND sha256 IS NOT NULL", p.size, p.headCRC32C).Limit(1).Count(&n).Error
+	if err != nil {
+		return false, fmt.Errorf("upload: find blob by head: %w", err)
+	}
+	return n > 0, nil
 }
 
 // resumeKey identifies a user's unfinished upload of one content.

@@ -307,6 +307,11 @@ type Status struct {
 	Error     string
 	FileID    string
 	Instant   bool
+	// InstantCandidate, in Init's answer to a client that sent a head
+	// CRC32C but no SHA-256, says ferry holds verified content of this
+	// size and head: declaring the file's SHA-256 (DeclareSHA256) may end
+	// the upload with an instant file. False means hashing cannot pay off.
+	InstantCandidate bool
 }
 
 // Part is one uploaded part.

@@ -26,6 +26,11 @@ type InitRequest struct {
 	// file find its own unfinished upload of the same size, part size and
 	// first part: a cheap key that needs one part read, not the file.
 	FirstPartCRC32C string
+	// HeadCRC32C (base64) is the CRC32C of the file's first
+	// min(Size, HeadLength) bytes. Init answers with InstantCandidate when
+	// ferry holds verified content of this size and head, so a client need
+	// hash the whole file only when an instant upload may come of it.
+	HeadCRC32C string
 	// Metadata is what the uploader says about the file (checked with
 	// ParseMetadata); the file carries it as its client metadata.
 	Metadata Metadata
@@ -42,6 +47,7 @@ type plan struct {
 	partCount                 int
 	checksum                  string // granted algorithm, or ""
 	firstPartCRC32C           string
+	headCRC32C                string
 	clientMeta                Metadata
 	ticket                    *Ticket
 }
@@ -94,6 +100,12 @@ func (s *Service) validate(r InitRequest) (plan, error) {
 			return p, err
 		}
 		p.firstPartCRC32C = r.FirstPartCRC32C
+	}
+	if r.HeadCRC32C != "" {
+		if err := checkCRC32C(r.HeadCRC32C, "head_crc32c"); err != nil {
+			return p, err
+		}
+		p.headCRC32C = r.HeadCRC32C
 	}
 	if p.partSize, err = s.partSizeFor(r.Size, r.PartSize); err != nil {
 		return p, err

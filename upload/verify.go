@@ -3,9 +3,11 @@ package upload
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"time"
 
@@ -26,10 +28,14 @@ const (
 	verifyBuffers = 4
 )
 
+// castagnoli is CRC32C's table, for blob heads (HeadLength).
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
 // hashed is content the verify job read back and hashed: the object at
 // key, as S3 tagged it (etag) when it was read.
 type hashed struct {
 	key, etag, sum string
+	head           string // base64 CRC32C of the first min(size, HeadLength) bytes
 }
 
 // verify is the verify job's handler: it streams a merged file's object
@@ -99,6 +105,12 @@ func (s *Service) verify(ctx context.Context, j *jobs.Job) error {
 				return res.Error
 			}
 			moved = res.RowsAffected == 1 // 0: its last file is being deleted; keep ours
+			if moved && share.HeadCRC32C == nil {
+				// Verified before blobs kept their head: it has one now.
+				if err := tx.Model(&models.Blob{}).Where("id = ?", share.ID).Update("head_crc32c", h.head).Error; err != nil {
+					return err
+				}
+			}
 		}
 		target := b.ID
 		if moved {
@@ -130,7 +142,7 @@ func (s *Service) verify(ctx context.Context, j *jobs.Job) error {
 			// A racing verification of the same content makes this fail
 			// on the unique sha256; the retry then shares its blob.
 			res := tx.Model(&models.Blob{}).Where("id = ? AND sha256 IS NULL", b.ID).
-				Updates(map[string]any{"sha256": h.sum, "s3_etag": h.etag, "refs": b.Refs, "updated_at": now})
+				Updates(map[string]any{"sha256": h.sum, "s3_etag": h.etag, "head_crc32c": h.head, "refs": b.Refs, "updated_at": now})
 			if res.Error != nil {
 				return res.Error
 			}
@@ -221,11 +233,17 @@ func (s *Service) verifyObject(ctx context.Context, key, uploadID string) (hashe
 	}
 	full := make(chan []byte, verifyBuffers)
 	h := sha256.New()
+	head := crc32.New(castagnoli)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
+		var seen int64
 		for b := range full {
 			h.Write(b)
+			if seen < HeadLength {
+				head.Write(b[:min(int64(len(b)), HeadLength-seen)])
+			}
+			seen += int64(len(b))
 			free <- b[:cap(b)]
 		}
 	}()
@@ -258,7 +276,8 @@ func (s *Service) verifyObject(ctx context.Context, key, uploadID string) (hashe
 	if secs := time.Since(start).Seconds(); secs > 0 && n > 0 {
 		s.metrics.verifyThroughput.Observe(float64(n) / secs)
 	}
-	return hashed{key: key, etag: info.ETag, sum: hex.EncodeToString(h.Sum(nil))}, n, nil
+	return hashed{key: key, etag: info.ETag, sum: hex.EncodeToString(h.Sum(nil)),
+		head: base64.StdEncoding.EncodeToString(head.Sum(nil))}, n, nil
 }
 
 // intact reports whether a blob's object is still the one ferry verified:

@@ -1,0 +1,105 @@
+package upload_test
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/binary"
+	"hash/crc32"
+	"testing"
+	"time"
+
+	"github.com/ferry-io/ferry/errkind"
+	"github.com/ferry-io/ferry/internal/testenv"
+	"github.com/ferry-io/ferry/upload"
+)
+
+// headCRC32C is what a client sends as head_crc32c: the base64 big-endian
+// CRC32C of the first min(size, upload.HeadLength) bytes.
+func headCRC32C(data []byte) string {
+	var b [4]byte
+	binary.BigEndian.PutUint32(b[:], crc32.Checksum(data[:min(len(data), upload.HeadLength)], crc32.MakeTable(crc32.Castagnoli)))
+	return base64.StdEncoding.EncodeToString(b[:])
+}
+
+// TestInstantCandidateByHead: a client that sends the head CRC32C of its
+// file, and no SHA-256, is told whether hashing can pay off. Only content
+// ferry verified counts (a claim or an unverified upload never does), the
+// hint needs the same size and head, and declaring the SHA-256 then gives
+// the instant file or the proof as before.
+func TestInstantCandidateByHead(t *testing.T) {
+	testenv.ForEachDB(t, func(t *testing.T, db *testenv.DB) {
+		e, verify := newHeldEnv(t, db)
+		e.run(t, 5*time.Second)
+		ctx := context.Background()
+		data := randomBytes(upload.HeadLength + 3*mib) // the head is a prefix, not the file
+		init := func(user string, d []byte) upload.InitResult {
+			t.Helper()
+			res, err := e.svc.Init(ctx, user, upload.InitRequest{FileName: "f.bin", Size: int64(len(d)), HeadCRC32C: headCRC32C(d)})
+			if err != nil {
+				t.Fatalf("init: %v", err)
+			}
+			return res
+		}
+		owner := newClient(t, e, "usr_a")
+		st := owner.uploadAll("a.bin", data, true) // declares a SHA-256: a claim only
+		if got := e.waitDone("usr_a", st.UploadID, 30*time.Second); got.State != upload.StateSuccess {
+			t.Fatalf("upload = %+v", got)
+		}
+		if res := init("usr_b", data); res.Upload.InstantCandidate {
+			t.Fatal("content merged but not yet verified is a candidate: a claim must never count")
+		}
+		verify()
+		e.waitVerified("usr_a", st.UploadID, 30*time.Second)
+		if n := e.count("blobs", "head_crc32c = ?", headCRC32C(data)); n != 1 {
+			t.Fatalf("blobs with the file's head = %d, want 1", n)
+		}
+
+		// Same size, same head, other bytes after it: still a candidate
+		// (the SHA-256 decides), and declaring the true hash gets no file.
+		twin := append(append([]byte{}, data[:upload.HeadLength]...), randomBytes(3*mib)...)
+		res := init("usr_b", twin)
+		if res.Outcome != upload.Created || !res.Upload.InstantCandidate {
+			t.Fatalf("twin head: %v candidate=%v, want a new upload marked as a candidate", res.Outcome, res.Upload.InstantCandidate)
+		}
+		got, err := e.svc.DeclareSHA256(ctx, "usr_b", res.Upload.UploadID, sha(twin))
+		if err != nil || got.Outcome != upload.Resumed {
+			t.Fatalf("declare the twin's hash = %v %v, want the upload to go on", got.Outcome, err)
+		}
+
+		for name, d := range map[string][]byte{
+			"other head":            append(randomBytes(upload.HeadLength), data[upload.HeadLength:]...),
+			"other size, same head": data[:len(data)-1],
+		} {
+			if res := init("usr_c", d); res.Upload.InstantCandidate {
+				t.Fatalf("%s: marked as a candidate", name)
+			}
+		}
+
+		// The owner is told, and declaring gives the file at once.
+		res = init("usr_a", data)
+		if !res.Upload.InstantCandidate {
+			t.Fatal("the owner's init with the head of a verified file is no candidate")
+		}
+		got, err = e.svc.DeclareSHA256(ctx, "usr_a", res.Upload.UploadID, sha(data))
+		if err != nil || got.Outcome != upload.Instant {
+			t.Fatalf("owner declares = %v %v, want Instant", got.Outcome, err)
+		}
+		// Anyone else gets a proof to make.
+		res = init("usr_d", data)
+		if !res.Upload.InstantCandidate {
+			t.Fatal("another user's init is no candidate")
+		}
+		got, err = e.svc.DeclareSHA256(ctx, "usr_d", res.Upload.UploadID, sha(data))
+		if err != nil || got.Outcome != upload.ProofRequired {
+			t.Fatalf("other user declares = %v %v, want ProofRequired", got.Outcome, err)
+		}
+
+		// A malformed head is a 400, and changes nothing.
+		before := e.count("uploads", "1 = 1")
+		_, err = e.svc.Init(ctx, "usr_a", upload.InitRequest{FileName: "x", Size: 10, HeadCRC32C: "not base64"})
+		wantKind(t, err, errkind.Invalid, "invalid_head_crc32c")
+		if after := e.count("uploads", "1 = 1"); after != before {
+			t.Fatalf("uploads %d → %d after a refused init", before, after)
+		}
+	})
+}
