@@ -388,8 +388,9 @@ type ferryUploadResult struct {
 //
 // To split ferry serve's CPU between the control plane and the verify
 // job at the server's own moment of success (a client that polls slowly
-// sees it late), the bench finds the upload by the file's SHA-256 and
-// long-polls it (GET /uploads/{id}?wait=30s) from the last part sent on.
+// sees it late), the bench takes the upload's id from the CLI's progress
+// lines and long-polls it (GET /uploads/{id}?wait=30s) from the last part
+// sent on.
 func (b *bench) ferryUpload(ctx context.Context) (ferryUploadResult, error) {
 	out := ferryUploadResult{result: result{Case: caseFerryUpload}}
 	w, err := b.begin(ctx, b.ferry, b.ferryURL+"/metrics")
@@ -417,7 +418,7 @@ func (b *bench) ferryUpload(ctx context.Context) (ferryUploadResult, error) {
 		}
 		if transfer.at.IsZero() {
 			note(&transfer, pid)
-			go func() { found <- b.findUpload(wctx) }()
+			found <- ev.UploadID
 		}
 		if ev.Total > 0 && ev.Done == ev.Total && sent.at.IsZero() {
 			note(&sent, pid)
@@ -436,7 +437,7 @@ func (b *bench) ferryUpload(ctx context.Context) (ferryUploadResult, error) {
 		w.end(ctx, caseFerryUpload, b.o.size)
 		return out, err
 	}
-	if done.SHA256 != b.sum {
+	if done.SHA256 != "" && done.SHA256 != b.sum {
 		return out, fmt.Errorf("ferry reports sha256 %s, the file has %s", done.SHA256, b.sum)
 	}
 	success := <-watched
@@ -444,8 +445,8 @@ func (b *bench) ferryUpload(ctx context.Context) (ferryUploadResult, error) {
 		return out, success.err
 	}
 	if success.mark.at.IsZero() {
-		// Not found by its SHA-256 (a client that declares it late): the
-		// CLI's own success line is the moment.
+		// A CLI whose progress lines name no upload: its own success
+		// line is the moment.
 		if success.mark, err = w.markServer(cliDone); err != nil {
 			return out, err
 		}
@@ -540,19 +541,6 @@ func (b *bench) ferryUploadNoInstant(ctx context.Context) (result, string, error
 	r.S3CPU = atExit.s3.CPU - w.s30.CPU
 	r.ClientCPU = cpuOf(ps)
 	return r, done.FileID, err
-}
-
-// findUpload looks the running upload up by the file's SHA-256 and size,
-// as a resuming client would; "" when ferry does not know the SHA-256 yet.
-func (b *bench) findUpload(ctx context.Context) string {
-	var up struct {
-		UploadID string `json:"upload_id"`
-	}
-	q := fmt.Sprintf("/uploads?sha256=%s&size=%d", b.sum, b.o.size)
-	if b.api(ctx, http.MethodGet, q, &up) != nil {
-		return ""
-	}
-	return up.UploadID
 }
 
 // watchSuccess long-polls upload id until it leaves uploading, pending

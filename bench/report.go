@@ -564,7 +564,7 @@ func (rp report) markdown() string {
   API server (` + "`ferry serve`" + `, tusd), for VersityGW, and for the client (the CLI process; the bench process itself
   for the in-process SDK and tus clients; the ` + "`aws`" + ` process and its children). For ` + "`ferry upload`" + `, all three are also read
   at its first part PUT and when it has sent the last byte (from its ` + "`--json`" + ` progress), when ferry records success
-  (the bench finds the upload by the file's SHA-256 and long-polls it, so a client that polls slowly does not move
+  (the bench takes the upload's id from the CLI's progress lines and long-polls it, so a client that polls slowly does not move
   the verify job's CPU into the control plane), and when the file's SHA-256 is verified (the bench polls the file
   every 100 ms). The case's wall time ends when the CLI exits; the verify job after success is the "sha256" phase.
   The bench's own requests (one lookup, the long poll, the file polls) are left out of the request counts; their CPU,

@@ -215,6 +215,9 @@ type Progress struct {
 	Total int64  // bytes in this phase; 0 when unknown
 	Rate  float64
 	ETA   time.Duration // 0 when unknown
+	// UploadID names the upload in the "hash", "upload" and "verify"
+	// phases, so that a caller can follow or abort it while it runs.
+	UploadID string
 }
 
 // ProgressFunc receives progress. Calls come from one goroutine at a time

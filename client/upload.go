@@ -1,7 +1,6 @@
 package client
 
 import (
-	"bytes"
 	"context"
 	"crypto/md5"
 	"crypto/sha256"
@@ -20,7 +19,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -48,13 +46,13 @@ type UploadOptions struct {
 	// it: ferry is then asked first whether it holds the content (instant
 	// upload, or a proof of possession), and the file is not hashed.
 	SHA256 string
-	// SkipHash leaves the SHA-256 to ferry: the client computes only each
-	// part's CRC32C, so it cannot be offered an instant upload, and the
-	// file's SHA-256 is the one ferry computes when it reads the merged
-	// object back (UploadResult.SHA256 is empty until then). On a machine
-	// whose cores are busy sending, the client's hash is the one cost an
-	// upload adds to a plain S3 transfer; skip it for content ferry is
-	// not going to hold already. Ignored when SHA256 is given.
+	// SkipHash never hashes the file, even when ferry says it may hold
+	// the content already (instant_candidate), so the upload is never
+	// instant. Without it the client hashes the file only on that hint,
+	// before sending a byte; otherwise the file's SHA-256 is the one
+	// ferry computes when it reads the merged object back
+	// (UploadResult.SHA256 is empty until then). Ignored when SHA256 is
+	// given.
 	SkipHash bool
 	// Ticket is an upload ticket (ftk_…) a backend created: the upload
 	// authenticates with it instead of the client's token, belongs to the
@@ -111,17 +109,21 @@ func (c *Client) UploadFile(ctx context.Context, path string, opts UploadOptions
 
 // Upload uploads size bytes read from r.
 //
-// The file is read once, in order, and that one read yields everything:
-// each part's CRC32C (signed into the part's URL, so S3 refuses other
-// bytes), the whole file's CRC32C (which S3 checks at completion) and its
-// SHA-256, and the part buffers the PUTs send. No byte waits for a hash of
-// the whole file. The reader may run ahead of the PUTs on a spare core
-// when the network is the bottleneck (it never waits longer for a free
-// buffer than it takes to hash two parts); then the SHA-256 is known early
-// and ferry is asked whether it already holds the content, which ends the
-// upload at once on a hit, and the parts read ahead are read again when
-// their turn comes. A store without checksums gets Content-MD5 per part
-// instead.
+// A checksum read of the file, in order, yields each part's CRC32C (signed
+// into the part's URL, so S3 refuses other bytes) and the whole file's
+// CRC32C (which S3 checks at completion), running up to readAhead parts
+// ahead of the PUTs so that presign calls sign large batches. Each PUT then
+// sends its part from r: from an *os.File with sendfile(2), so the bytes
+// never pass through the client's memory, otherwise through one buffer per
+// PUT in flight. The SHA-256 of the whole file is computed only when it
+// can pay off: POST /uploads carries the CRC32C of the file's head (its
+// first 8 MiB), and ferry answers instant_candidate when it holds verified
+// content of that size and head. Then the file is hashed before any byte
+// is sent and the SHA-256 declared: an instant file (or a proof of
+// possession) ends the upload there. Otherwise ferry computes the SHA-256
+// itself from the stored bytes, and the upload costs what a plain S3
+// upload with CRC32Cs costs. A store without checksums gets Content-MD5
+// per part instead.
 func (c *Client) Upload(ctx context.Context, r io.ReaderAt, size int64, opts UploadOptions) (*UploadResult, error) {
 	if opts.Ticket != "" {
 		c = c.withToken(opts.Ticket)
@@ -148,13 +150,15 @@ func (c *Client) Upload(ctx context.Context, r io.ReaderAt, size int64, opts Upl
 	var up uploadJSON
 	var status int
 	open := func(partSize int64) error {
-		first := make([]byte, min(partSize, size))
+		// One read covers the first part and the head.
+		first := make([]byte, min(max(partSize, headLength), size))
 		if _, err := r.ReadAt(first, 0); err != nil && !errors.Is(err, io.EOF) {
 			return fmt.Errorf("ferry: read: %w", err)
 		}
 		in := initRequest{FileName: opts.Name, Size: size, ContentType: opts.ContentType, SHA256: opts.SHA256,
-			PartSize: partSize, Checksum: "CRC32C", FirstPartCRC32C: crc32cB64(crc32.Checksum(first, castagnoli)),
-			Metadata: opts.Metadata}
+			PartSize: partSize, Checksum: "CRC32C", Metadata: opts.Metadata,
+			FirstPartCRC32C: crc32cB64(crc32.Checksum(first[:min(partSize, size)], castagnoli)),
+			HeadCRC32C:      crc32cB64(crc32.Checksum(first[:min(headLength, size)], castagnoli))}
 		return c.withRetry(ctx, opts.Attempts, func() (err error) {
 			status, err = c.call(ctx, http.MethodPost, "/uploads", in, &up)
 			return err
@@ -170,6 +174,12 @@ func (c *Client) Upload(ctx context.Context, r io.ReaderAt, size int64, opts Upl
 		return nil, err
 	}
 	res := &UploadResult{SHA256: opts.SHA256, Size: size, UploadID: up.UploadID}
+	if fn := opts.Progress; fn != nil {
+		opts.Progress = func(p Progress) {
+			p.UploadID = res.UploadID
+			fn(p)
+		}
+	}
 	switch up.State {
 	case "success":
 		res.Instant, res.FileID = true, up.FileID
@@ -191,14 +201,26 @@ func (c *Client) Upload(ctx context.Context, r io.ReaderAt, size int64, opts Upl
 	default:
 		return nil, fmt.Errorf("ferry: unexpected upload state %q", up.State)
 	}
-	for round := 1; ; round++ {
-		u := &uploader{c: c, r: r, up: up, opts: opts, res: res, checksums: up.Checksum == "CRC32C",
-			sums: make(map[int]string, up.PartCount), etags: map[int]string{}}
-		instant, err := u.transfer(ctx)
+	if up.InstantCandidate && res.SHA256 == "" && !opts.SkipHash {
+		instant, err := c.hashAndDeclare(ctx, r, &up, opts, res)
 		if err != nil || instant {
 			return res, err
 		}
-		err = u.complete(ctx)
+	}
+	var src source
+	if f, ok := r.(*os.File); ok {
+		src = newFileSource(f)
+	}
+	if src == nil {
+		src = newBufferSource(r, up.PartSize, opts.Concurrency)
+	}
+	for round := 1; ; round++ {
+		u := &uploader{c: c, r: r, src: src, up: up, opts: opts, res: res, checksums: up.Checksum == "CRC32C",
+			sums: make(map[int]string, up.PartCount), etags: map[int]string{}}
+		if err := u.transfer(ctx); err != nil {
+			return res, err
+		}
+		err := u.complete(ctx)
 		if !errors.Is(err, errRestarted) || round == 2 {
 			return res, err
 		}
@@ -227,6 +249,7 @@ type initRequest struct {
 	PartSize        int64             `json:"part_size,omitempty"`
 	Checksum        string            `json:"checksum_algorithm,omitempty"`
 	FirstPartCRC32C string            `json:"first_part_crc32c,omitempty"`
+	HeadCRC32C      string            `json:"head_crc32c,omitempty"`
 	Metadata        map[string]string `json:"metadata,omitempty"`
 }
 
@@ -251,6 +274,9 @@ type uploadJSON struct {
 	Checksum  string     `json:"checksum_algorithm"`
 	SHA256    string     `json:"sha256"`
 	Challenge *challenge `json:"challenge"`
+	// InstantCandidate: ferry holds verified content of this size and
+	// head, so the file's SHA-256 may make the upload instant.
+	InstantCandidate bool `json:"instant_candidate"`
 }
 
 type challenge struct {
@@ -300,6 +326,11 @@ func (c *Client) prove(ctx context.Context, r io.ReaderAt, size int64, ch *chall
 	return out.FileID, nil
 }
 
+// headLength is how much of a file its head CRC32C covers (ferry's
+// upload.HeadLength): ferry keys verified content by size and head, and
+// answers instant_candidate when a file's may be held.
+const headLength = 8 << 20
+
 // s3MaxParts is S3's part limit, which the client lays files out for
 // until ferry says its store takes fewer.
 const s3MaxParts = 10_000
@@ -331,6 +362,7 @@ func storePartLimit(err error) (int64, bool) {
 type uploader struct {
 	c         *Client
 	r         io.ReaderAt
+	src       source // the part bodies: the file itself, or buffers read from r
 	up        uploadJSON
 	opts      UploadOptions
 	res       *UploadResult
@@ -343,18 +375,12 @@ type uploader struct {
 	sent    int64 // bytes S3 holds: skipped parts and accepted PUTs
 }
 
-// part is one part ready to send: its checksum is known, and buf holds its
-// bytes, or is nil when the reader went ahead without a free buffer and the
-// sender must read them again. release gives buf back once the PUT is done
-// with it.
+// part is one part whose checksum is known; the sender opens its bytes
+// from the source, and url is where it goes.
 type part struct {
-	n       int
-	sum     string
-	crc     uint32 // for a part read again: the bytes must still hash to it
-	md5     [md5.Size]byte
-	buf     []byte
-	release func()
-	url     presignedURL
+	n   int
+	sum string
+	url presignedURL
 }
 
 func (u *uploader) partRange(n int) (int64, int64) {
@@ -362,13 +388,17 @@ func (u *uploader) partRange(n int) (int64, int64) {
 	return off, min(u.up.PartSize, u.up.Size-off)
 }
 
-// errInstant ends a transfer that ferry answered with an existing file.
-var errInstant = errors.New("ferry: content already held")
+// readAhead bounds how many parts the checksum read may be ahead of the
+// senders: enough for a presign call to sign a large batch, few enough
+// that the parts read ahead are still in the page cache when they are
+// sent.
+const readAhead = presignWindow
 
-// transfer reads the file once and sends every part S3 does not hold with
-// the right bytes. It reports true when ferry turned out to hold the
-// content already (res then names the file).
-func (u *uploader) transfer(ctx context.Context) (bool, error) {
+// transfer sends every part S3 does not hold with the right bytes. One
+// read computes the parts' checksums, up to readAhead parts ahead of the
+// senders, so that each presign call signs a batch of them; each sender
+// then sends its part straight from the source.
+func (u *uploader) transfer(ctx context.Context) error {
 	held := map[int]partJSON{}
 	for _, p := range u.up.Parts {
 		held[p.PartNumber] = p
@@ -376,300 +406,117 @@ func (u *uploader) transfer(ctx context.Context) (bool, error) {
 	m := newMeter(u.opts.Progress, "upload", u.up.Size, 0)
 	defer m.finish()
 	g, gctx := errgroup.WithContext(ctx)
-	// Buffers beyond the parts in flight let the reader get a few parts
-	// ahead, so each presign call signs a batch of them instead of one or
-	// two: ferry's work per GiB is mostly per request.
-	window := min(u.opts.Concurrency+6, u.up.PartCount+1)
-	pool := make(chan []byte, window)
-	for range window {
-		pool <- make([]byte, u.up.PartSize)
-	}
 	ready := make(chan part, u.up.PartCount)
-	hashed := make(chan string, 1)
-	g.Go(func() error { return u.read(gctx, held, pool, ready, hashed, m) })
-	g.Go(func() error { return u.dispatch(gctx, ready, pool, m) })
-	g.Go(func() error { return u.declare(gctx, ctx, hashed) })
-	err := g.Wait()
-	if u.res.Instant {
-		// ferry holds the content: whatever the PUTs still in flight met
-		// (the upload is gone) no longer matters.
-		return true, nil
-	}
-	return false, err
+	ahead := make(chan struct{}, min(readAhead, u.up.PartCount))
+	g.Go(func() error { return u.read(gctx, held, ready, ahead, m) })
+	g.Go(func() error { return u.dispatch(gctx, ready, ahead, m) })
+	return g.Wait()
 }
 
-// read is the one sequential read of the file. For each part it computes
-// the part's checksum, folds the part into the whole file's CRC32C and
-// SHA-256, and either counts the part as held (S3 lists it with the same
-// checksum) or queues it to be sent, in its buffer when one is free.
-func (u *uploader) read(ctx context.Context, held map[int]partJSON, pool chan []byte, ready chan<- part, hashed chan<- string, m *meter) error {
+// read is the checksum read of the file, in order. For each part it
+// computes the part's checksum and folds the part into the whole file's
+// CRC32C, and either counts the part as held (S3 lists it with the same
+// checksum) or queues it to be sent. Each queued part holds a place in
+// ahead until a sender takes it.
+func (u *uploader) read(ctx context.Context, held map[int]partJSON, ready chan<- part, ahead chan struct{}, m *meter) error {
 	defer close(ready)
-	// The SHA-256 runs on its own goroutine, a few parts behind the read,
-	// so part checksums (and with them presigning and the PUTs) never wait
-	// for the slower hash. A pooled buffer goes back to the pool once both
-	// the hash and its PUT are done with it.
-	var sha *hasher
-	if u.res.SHA256 == "" && !u.opts.SkipHash {
-		sha = newHasher(cap(pool) + 2)
-		defer sha.stop()
-	}
-	scratch := [2][]byte{make([]byte, u.up.PartSize), make([]byte, u.up.PartSize)}
-	scratchFree := [2]chan struct{}{make(chan struct{}, 1), make(chan struct{}, 1)}
-	scratchFree[0] <- struct{}{}
-	scratchFree[1] <- struct{}{}
-	ahead := false
-	began := time.Now()
-	var busy time.Duration // time spent reading and hashing, not waiting
-	var readBytes int64
+	buf := make([]byte, u.up.PartSize)
 	for n := 1; n <= u.up.PartCount; n++ {
+		select {
+		case ahead <- struct{}{}:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 		off, length := u.partRange(n)
-		var buf []byte
-		pooled := false
-		for !ahead && !pooled {
-			// Wait for a free buffer while the PUTs keep up with reading.
-			// When they are far slower (the network is the bottleneck),
-			// go ahead without buffers: reading those parts again later
-			// costs the transfer nothing, and the SHA-256 comes early.
-			select {
-			case b := <-pool:
-				buf, pooled = b, true
-			case <-time.After(100 * time.Millisecond):
-				ahead = u.linkIsSlow(time.Since(began), busy, readBytes)
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}
-		var release func()
-		if pooled {
-			refs := new(atomic.Int32)
-			refs.Store(1)
-			if sha != nil {
-				refs.Store(2)
-			}
-			b := buf
-			release = func() {
-				if refs.Add(-1) == 0 {
-					pool <- b[:cap(b)]
-				}
-			}
-		} else {
-			// Two scratch buffers: one is read into while the hash may
-			// still be busy with the other.
-			i := n % 2
-			select {
-			case <-scratchFree[i]:
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-			buf = scratch[i]
-			release = func() { scratchFree[i] <- struct{}{} }
-		}
-		start := time.Now()
-		buf = buf[:length]
-		if _, err := u.r.ReadAt(buf, off); err != nil && !errors.Is(err, io.EOF) {
+		b := buf[:length]
+		if _, err := u.r.ReadAt(b, off); err != nil && !errors.Is(err, io.EOF) {
 			return fmt.Errorf("ferry: read part %d: %w", n, err)
 		}
+		crc := crc32.Checksum(b, castagnoli)
+		var sum [md5.Size]byte
 		p := part{n: n}
-		p.crc = crc32.Checksum(buf, castagnoli)
 		if u.checksums {
-			p.sum = crc32cB64(p.crc)
+			p.sum = crc32cB64(crc)
 		} else {
-			p.md5 = md5.Sum(buf)
-			p.sum = base64.StdEncoding.EncodeToString(p.md5[:])
-		}
-		if sha != nil {
-			if err := sha.add(ctx, buf, release); err != nil {
-				return err
-			}
-		} else if !pooled {
-			release()
+			sum = md5.Sum(b)
+			p.sum = base64.StdEncoding.EncodeToString(sum[:])
 		}
 		u.mu.Lock()
 		u.sums[n] = p.sum
 		if n == 1 {
-			u.fullCRC = p.crc
+			u.fullCRC = crc
 		} else {
-			u.fullCRC = crc32cCombine(u.fullCRC, p.crc, length)
+			u.fullCRC = crc32cCombine(u.fullCRC, crc, length)
 		}
 		u.mu.Unlock()
-		busy += time.Since(start)
-		readBytes += length
 
-		if h, ok := held[n]; ok && h.Size == length && u.holds(h, p) {
+		if h, ok := held[n]; ok && h.Size == length && u.holds(h, p.sum, sum) {
+			<-ahead
 			u.mu.Lock()
 			u.etags[n] = h.ETag
 			u.res.PartsSkipped++
 			u.sent += length
 			u.mu.Unlock()
 			m.add(length)
-			if pooled {
-				release() // the PUT's share: there is none
-			}
 			continue
 		}
-		// Once ahead, the reader never takes a buffer again: queued
-		// buffers then belong only to parts before every part that must
-		// be read again, so a sender waiting for one always gets it.
-		if pooled {
-			p.buf, p.release = buf, release
-		}
-		select {
-		case ready <- p:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
+		ready <- p // sized for every part
 	}
-	if sha != nil {
-		sum, err := sha.sum(ctx)
-		if err != nil {
-			return err
-		}
-		u.res.SHA256 = sum
-		hashed <- sum
-	}
-	close(hashed)
 	return nil
 }
 
-// hasher takes the file's bytes in order on its own goroutine and computes
-// their SHA-256, calling each chunk's done once it is hashed.
-type hasher struct {
-	in   chan hashChunk
-	out  chan string
-	quit chan struct{}
-}
-
-type hashChunk struct {
-	b    []byte
-	done func()
-}
-
-func newHasher(depth int) *hasher {
-	in := make(chan hashChunk, depth)
-	h := &hasher{in: in, out: make(chan string, 1), quit: make(chan struct{})}
-	go func() {
-		s := sha256.New()
-		for {
-			select {
-			case c, ok := <-in:
-				if !ok {
-					h.out <- hex.EncodeToString(s.Sum(nil))
-					return
-				}
-				s.Write(c.b)
-				c.done()
-			case <-h.quit:
-				return
-			}
+// hashAndDeclare runs when ferry holds verified content of the file's size
+// and head: it hashes the whole file (the "hash" phase) before sending a
+// byte and declares the SHA-256. An instant answer, or a proof of
+// possession, gives the file and ends the upload (true); otherwise the
+// content differs after its head, and the upload goes on with its
+// SHA-256 known.
+func (c *Client) hashAndDeclare(ctx context.Context, r io.ReaderAt, up *uploadJSON, opts UploadOptions, res *UploadResult) (bool, error) {
+	m := newMeter(opts.Progress, "hash", up.Size, 0)
+	h := sha256.New()
+	// 1 MiB reads: the hash, not the syscalls, should bound the pass.
+	_, err := io.CopyBuffer(h, countingReader{io.NewSectionReader(r, 0, up.Size), m}, make([]byte, 1<<20))
+	m.finish()
+	if err != nil {
+		return false, fmt.Errorf("ferry: read: %w", err)
+	}
+	res.SHA256 = hex.EncodeToString(h.Sum(nil))
+	var out uploadJSON
+	err = c.withRetry(ctx, opts.Attempts, func() error {
+		_, err := c.call(ctx, http.MethodPost, "/uploads/"+up.UploadID+"/sha256", map[string]string{"sha256": res.SHA256}, &out)
+		return err
+	})
+	if err != nil {
+		return false, err
+	}
+	switch out.State {
+	case "success":
+		// ferry aborted the upload itself.
+		res.Instant, res.FileID = true, out.FileID
+		return true, nil
+	case "proof_required":
+		fileID, err := c.prove(ctx, r, up.Size, out.Challenge)
+		if err != nil {
+			return false, err
 		}
-	}()
-	return h
-}
-
-func (h *hasher) add(ctx context.Context, b []byte, done func()) error {
-	select {
-	case h.in <- hashChunk{b, done}:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
+		res.Instant, res.FileID = true, fileID
+		u := &uploader{c: c, up: *up}
+		u.abort(ctx)
+		return true, nil
 	}
-}
-
-// sum ends the input and returns the digest.
-func (h *hasher) sum(ctx context.Context) (string, error) {
-	close(h.in)
-	h.in = nil
-	select {
-	case s := <-h.out:
-		return s, nil
-	case <-ctx.Done():
-		return "", ctx.Err()
-	}
-}
-
-// stop ends the hashing goroutine if sum was not reached.
-func (h *hasher) stop() {
-	if h.in != nil {
-		close(h.quit)
-	}
-}
-
-// linkIsSlow decides, after at least a second, whether the PUTs are so
-// much slower than reading and hashing (a quarter of the speed or less)
-// that reading ahead pays: on a fast link the reader waits for buffers and
-// the file is read once.
-func (u *uploader) linkIsSlow(elapsed, busy time.Duration, read int64) bool {
-	if elapsed < time.Second || busy <= 0 {
-		return false
-	}
-	u.mu.Lock()
-	sent := u.sent
-	u.mu.Unlock()
-	readRate := float64(read) / busy.Seconds()
-	sendRate := float64(sent) / elapsed.Seconds()
-	return sendRate*4 < readRate
+	*up = out
+	return false, nil
 }
 
 // holds reports whether a part S3 lists is the local part: same CRC32C, or
 // for uploads without checksums an ETag that is the local part's MD5. A
 // PUT cut mid-way can leave a part of the right size with other bytes, so
 // resume trusts nothing it has not checked.
-func (u *uploader) holds(h partJSON, p part) bool {
+func (u *uploader) holds(h partJSON, sum string, md5 [md5.Size]byte) bool {
 	if u.checksums {
-		return h.CRC32C == p.sum
+		return h.CRC32C == sum
 	}
-	return strings.Trim(h.ETag, `"`) == hex.EncodeToString(p.md5[:])
-}
-
-// declare tells ferry the SHA-256 as soon as the read has it, when enough
-// is left to send for it to matter: ferry answers with an instant file, a
-// proof to make, or nothing new. It waits for the hash on wait (the
-// transfer's group) but asks on ctx: an instant answer aborts the upload
-// before it reaches the client, so a part in flight meanwhile fails with
-// 409 and ends the group; the answer must still be read, or a file ferry
-// created would be reported as a failed upload.
-func (u *uploader) declare(wait, ctx context.Context, hashed <-chan string) error {
-	var sum string
-	select {
-	case s, ok := <-hashed:
-		if !ok {
-			return nil
-		}
-		sum = s
-	case <-wait.Done():
-		return nil
-	}
-	u.mu.Lock()
-	left := u.up.Size - u.sent
-	u.mu.Unlock()
-	if left < 2*u.up.PartSize {
-		return nil // it goes with complete
-	}
-	var out uploadJSON
-	err := u.c.withRetry(ctx, u.opts.Attempts, func() error {
-		_, err := u.c.call(ctx, http.MethodPost, "/uploads/"+u.up.UploadID+"/sha256", map[string]string{"sha256": sum}, &out)
-		return err
-	})
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return err
-	}
-	switch out.State {
-	case "success":
-		u.res.Instant, u.res.FileID = true, out.FileID
-		return errInstant
-	case "proof_required":
-		fileID, err := u.c.prove(ctx, u.r, u.up.Size, out.Challenge)
-		if err != nil {
-			return err
-		}
-		u.res.Instant, u.res.FileID = true, fileID
-		u.abort(ctx)
-		return errInstant
-	}
-	return nil
+	return strings.Trim(h.ETag, `"`) == hex.EncodeToString(md5[:])
 }
 
 // abort drops the upload after an instant file made it useless.
@@ -685,8 +532,9 @@ func (u *uploader) abort(ctx context.Context) {
 const presignWindow = 128
 
 // dispatch presigns ready parts in batches (as many as are ready, up to
-// presignWindow) and hands them to Concurrency senders.
-func (u *uploader) dispatch(ctx context.Context, ready <-chan part, pool chan []byte, m *meter) error {
+// presignWindow) and hands them to Concurrency senders, each part giving
+// its place in ahead back as a sender takes it.
+func (u *uploader) dispatch(ctx context.Context, ready <-chan part, ahead <-chan struct{}, m *meter) error {
 	g, ctx := errgroup.WithContext(ctx)
 	work := make(chan part)
 	g.Go(func() error {
@@ -726,6 +574,7 @@ func (u *uploader) dispatch(ctx context.Context, ready <-chan part, pool chan []
 				p.url = urls[p.n]
 				select {
 				case work <- p:
+					<-ahead
 				case <-ctx.Done():
 					return ctx.Err()
 				}
@@ -735,7 +584,7 @@ func (u *uploader) dispatch(ctx context.Context, ready <-chan part, pool chan []
 	for range u.opts.Concurrency {
 		g.Go(func() error {
 			for p := range work {
-				if err := u.send(ctx, &p, pool, m); err != nil {
+				if err := u.put(ctx, &p, m); err != nil {
 					return err
 				}
 			}
@@ -743,33 +592,6 @@ func (u *uploader) dispatch(ctx context.Context, ready <-chan part, pool chan []
 		})
 	}
 	return g.Wait()
-}
-
-// send PUTs one part, reading it again first when the reader went ahead
-// without keeping its bytes, and returns its buffer to the pool.
-func (u *uploader) send(ctx context.Context, p *part, pool chan []byte, m *meter) error {
-	if p.buf == nil {
-		var b []byte
-		select {
-		case b = <-pool:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		p.release = func() { pool <- b[:cap(b)] }
-		off, length := u.partRange(p.n)
-		p.buf = b[:length]
-		if _, err := u.r.ReadAt(p.buf, off); err != nil && !errors.Is(err, io.EOF) {
-			p.release()
-			return fmt.Errorf("ferry: read part %d: %w", p.n, err)
-		}
-		if crc32.Checksum(p.buf, castagnoli) != p.crc {
-			p.release()
-			return fmt.Errorf("%w (part %d)", errFileChanged, p.n)
-		}
-	}
-	err := u.put(ctx, p, m)
-	p.release()
-	return err
 }
 
 // presign asks for the URLs of parts nums with one API call, each URL
@@ -809,9 +631,12 @@ func (u *uploader) presign(ctx context.Context, nums []int) (map[int]presignedUR
 }
 
 // put sends one part to S3, retrying with backoff and signing the URL
-// again when it has expired (S3 answers 403) or is about to.
+// again when it has expired (S3 answers 403) or is about to. A refusal of
+// the part's checksum (400 BadDigest) is a byte damaged on its way, worth
+// another try, unless the file itself no longer has the checksum.
 func (u *uploader) put(ctx context.Context, p *part, m *meter) error {
 	var lastErr error
+	off, length := u.partRange(p.n)
 	for attempt := 1; attempt <= u.opts.Attempts; attempt++ {
 		if attempt > 1 {
 			if err := u.c.sleep(ctx, Backoff(attempt-1)); err != nil {
@@ -825,13 +650,14 @@ func (u *uploader) put(ctx context.Context, p *part, m *meter) error {
 			}
 			p.url = urls[p.n]
 		}
-		etag, err := u.putOnce(ctx, p, m)
+		etag, err := u.putOnce(ctx, p, off, length)
 		if err == nil {
 			u.mu.Lock()
 			u.etags[p.n] = etag
 			u.res.PartsSent++
-			u.sent += int64(len(p.buf))
+			u.sent += length
 			u.mu.Unlock()
+			m.add(length)
 			return nil
 		}
 		if ctx.Err() != nil {
@@ -839,6 +665,9 @@ func (u *uploader) put(ctx context.Context, p *part, m *meter) error {
 		}
 		lastErr = err
 		var se *s3Error
+		if errors.As(err, &se) && se.status == http.StatusBadRequest && u.changed(p.n, p.sum) {
+			return fmt.Errorf("%w (part %d)", errFileChanged, p.n)
+		}
 		if errors.As(err, &se) && se.status >= 400 && se.status < 500 &&
 			se.status != http.StatusForbidden && se.status != http.StatusBadRequest &&
 			se.status != http.StatusRequestTimeout && se.status != http.StatusTooManyRequests {
@@ -846,6 +675,21 @@ func (u *uploader) put(ctx context.Context, p *part, m *meter) error {
 		}
 	}
 	return fmt.Errorf("ferry: part %d failed after %d attempts: %w", p.n, u.opts.Attempts, lastErr)
+}
+
+// changed reports whether part n of the file no longer has the checksum
+// it was signed with.
+func (u *uploader) changed(n int, sum string) bool {
+	off, length := u.partRange(n)
+	b := make([]byte, length)
+	if _, err := u.r.ReadAt(b, off); err != nil && !errors.Is(err, io.EOF) {
+		return false // the next attempt reports the read
+	}
+	if u.checksums {
+		return crc32cB64(crc32.Checksum(b, castagnoli)) != sum
+	}
+	h := md5.Sum(b)
+	return base64.StdEncoding.EncodeToString(h[:]) != sum
 }
 
 // s3Error is a non-2xx answer from S3 to a part PUT.
@@ -861,9 +705,12 @@ func isStatus(err error, status int) bool {
 	return errors.As(err, &se) && se.status == status
 }
 
-func (u *uploader) putOnce(ctx context.Context, p *part, m *meter) (string, error) {
-	var sent int64
-	body := countingReader{bytes.NewReader(p.buf), &meterFunc{m: m, sent: &sent}}
+func (u *uploader) putOnce(ctx context.Context, p *part, off, length int64) (string, error) {
+	body, done, err := u.src.open(off, length)
+	if err != nil {
+		return "", err
+	}
+	defer done()
 	method := p.url.Method
 	if method == "" {
 		method = http.MethodPut
@@ -872,19 +719,17 @@ func (u *uploader) putOnce(ctx context.Context, p *part, m *meter) (string, erro
 	if err != nil {
 		return "", err
 	}
-	req.ContentLength = int64(len(p.buf))
+	req.ContentLength = length
 	for k, v := range p.url.Headers {
 		req.Header.Set(k, v)
 	}
 	resp, err := u.c.data.Do(req)
 	if err != nil {
-		m.add(-sent)
 		return "", err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode/100 != 2 {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		m.add(-sent)
 		return "", &s3Error{status: resp.StatusCode, body: strings.TrimSpace(string(b))}
 	}
 	io.Copy(io.Discard, resp.Body)
@@ -939,40 +784,23 @@ func (u *uploader) complete(ctx context.Context) error {
 	return u.wait(ctx)
 }
 
-// resend sends parts again from the file, checking each against the
-// checksum the first read gave it.
+// resend sends parts again from the file, with the checksums the first
+// read gave them.
 func (u *uploader) resend(ctx context.Context, nums []int) error {
 	m := newMeter(u.opts.Progress, "upload", u.up.Size, u.up.Size-int64(len(nums))*u.up.PartSize)
 	defer m.finish()
-	pool := make(chan []byte, u.opts.Concurrency)
-	for range u.opts.Concurrency {
-		pool <- make([]byte, u.up.PartSize)
-	}
 	ready := make(chan part, len(nums))
+	ahead := make(chan struct{}, len(nums))
 	for _, n := range nums {
 		u.mu.Lock()
 		delete(u.etags, n)
 		sum := u.sums[n]
 		u.mu.Unlock()
-		p := part{n: n, sum: sum}
-		if u.checksums {
-			b, _ := base64.StdEncoding.DecodeString(sum)
-			if len(b) == 4 {
-				p.crc = uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
-			}
-		} else {
-			// Content-MD5 pins the bytes; read them and take their CRC.
-			off, length := u.partRange(n)
-			b := make([]byte, length)
-			if _, err := u.r.ReadAt(b, off); err != nil && !errors.Is(err, io.EOF) {
-				return err
-			}
-			p.crc = crc32.Checksum(b, castagnoli)
-		}
-		ready <- p
+		ahead <- struct{}{}
+		ready <- part{n: n, sum: sum}
 	}
 	close(ready)
-	return u.dispatch(ctx, ready, pool, m)
+	return u.dispatch(ctx, ready, ahead, m)
 }
 
 func missingParts(e *Error) []int {
@@ -1016,16 +844,4 @@ func (u *uploader) wait(ctx context.Context) error {
 			return errRestarted
 		}
 	}
-}
-
-// meterFunc adapts a meter for countingReader while remembering how much
-// one attempt sent, so a failed attempt can be taken back.
-type meterFunc struct {
-	m    *meter
-	sent *int64
-}
-
-func (f *meterFunc) add(n int64) {
-	*f.sent += n
-	f.m.add(n)
 }

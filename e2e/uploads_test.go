@@ -19,7 +19,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
@@ -314,80 +313,103 @@ func TestUploadSurvivesServerKill(t *testing.T) {
 	})
 }
 
-// On a slow link the client's read runs ahead of the PUTs, knows the
-// SHA-256 long before the transfer ends and declares it: uploading again a
-// file the caller already holds ends with an instant file after a few
-// parts, not after sending it all; a file someone else holds is proved.
-// A file that changes while it is being sent fails rather than mixing.
-func TestClientHashesAheadOnASlowLink(t *testing.T) {
-	f := Start(t, throttledS3(t, 4<<20, map[string]string{})) // 4 MiB/s per connection
+// The Go client hashes a file only when ferry says it may hold the
+// content (instant_candidate, from the size and the CRC32C of the first
+// 8 MiB): uploading again a file the caller holds is instant before any
+// part is sent, a file someone else holds is proved, a file that shares
+// only its size and head is hashed and then sent, and new content is sent
+// without hashing, its SHA-256 computed by ferry.
+func TestClientHashesOnlyWhenContentMayBeHeld(t *testing.T) {
+	f := Start(t, Options{})
 	_, alice := f.CreateUser("alice", false)
 	_, bob := f.CreateUser("bob", false)
 	ctx := context.Background()
-	data := make([]byte, 12*5*mib)
+	data := make([]byte, 20*mib+11) // a head of 8 MiB and more after it
 	rand.Read(data)
 	sum := sha256.Sum256(data)
+	var phases sync.Map
+	upload := func(tok, name string, b []byte) *client.UploadResult {
+		t.Helper()
+		res, err := f.Client(tok).Upload(ctx, bytes.NewReader(b), int64(len(b)), client.UploadOptions{Name: name,
+			Progress: func(p client.Progress) { phases.Store(name+"/"+p.Phase, true) }})
+		if err != nil {
+			t.Fatalf("upload %s: %v", name, err)
+		}
+		return res
+	}
+	hashed := func(name string) bool { _, ok := phases.Load(name + "/hash"); return ok }
 
-	// The first upload has to send every part; wait until ferry has
-	// verified it, so its content is in the dedup index.
-	fast := f.Client(alice)
-	first, err := fast.Upload(ctx, bytes.NewReader(data[:5*mib+1]), 5*mib+1, client.UploadOptions{Name: "warm.bin"})
-	if err != nil {
-		t.Fatal(err)
+	first := upload(alice, "first.bin", data)
+	if first.Instant || first.PartsSent != 3 || hashed("first.bin") {
+		t.Fatalf("new content: %+v, hashed %v; want 3 parts sent and no hash", first, hashed("first.bin"))
 	}
-	f.waitVerified(alice, first.UploadID)
-	up, err := fast.Upload(ctx, bytes.NewReader(data), int64(len(data)), client.UploadOptions{Name: "big.bin", Concurrency: 4, PartSize: 5 * mib})
-	if err != nil || up.PartsSent != 12 {
-		t.Fatalf("first upload: %+v %v", up, err)
+	if v := f.waitVerified(alice, first.UploadID); v.SHA256 != hex.EncodeToString(sum[:]) {
+		t.Fatalf("ferry verified %s, want %x", v.SHA256, sum)
 	}
-	f.waitVerified(alice, up.UploadID)
 
-	start := time.Now()
-	again, err := f.Client(alice).Upload(ctx, bytes.NewReader(data), int64(len(data)), client.UploadOptions{Name: "again.bin", Concurrency: 2, PartSize: 5 * mib})
-	if err != nil || !again.Instant || again.SHA256 != hex.EncodeToString(sum[:]) {
-		t.Fatalf("upload again: %+v %v, want instant", again, err)
+	again := upload(alice, "again.bin", data)
+	if !again.Instant || again.PartsSent != 0 || !hashed("again.bin") || again.SHA256 != hex.EncodeToString(sum[:]) {
+		t.Fatalf("upload again: %+v, want instant with no part sent", again)
 	}
-	if again.PartsSent > 4 {
-		t.Fatalf("%d of 12 parts sent before the instant answer; the read did not run ahead", again.PartsSent)
-	}
-	t.Logf("instant after %d parts, %.1fs", again.PartsSent, time.Since(start).Seconds())
 	var st uploadJSON
 	f.Do("GET", "/uploads/"+again.UploadID, alice, nil).JSON(t, &st)
 	if st.State != "aborted" {
 		t.Fatalf("the upload made useless by the instant answer is %s, want aborted", st.State)
 	}
-
-	proved, err := f.Client(bob).Upload(ctx, bytes.NewReader(data), int64(len(data)), client.UploadOptions{Name: "b.bin", Concurrency: 2, PartSize: 5 * mib})
-	if err != nil || !proved.Instant || proved.PartsSent > 4 {
-		t.Fatalf("bob's upload: %+v %v, want instant after a proof", proved, err)
+	if proved := upload(bob, "b.bin", data); !proved.Instant || proved.PartsSent != 0 {
+		t.Fatalf("bob's upload: %+v, want instant after a proof, no part sent", proved)
 	}
 
-	// A file that changes under the client: the part read again for its
-	// PUT no longer has its first CRC32C.
-	other := make([]byte, len(data))
-	rand.Read(other)
-	changing := &changingReader{data: other, changeAfter: 11 * 5 * mib}
-	_, err = f.Client(bob).Upload(ctx, changing, int64(len(other)), client.UploadOptions{Name: "moving.bin", Concurrency: 2, PartSize: 5 * mib})
-	if err == nil || !strings.Contains(err.Error(), "changed while it was being uploaded") {
-		t.Fatalf("a file changed mid-upload: %v, want the change reported", err)
+	// Same size and head, other bytes after it: hashed (the hint cannot
+	// tell), then sent in full.
+	twin := append(append([]byte{}, data[:8*mib]...), make([]byte, len(data)-8*mib)...)
+	rand.Read(twin[8*mib:])
+	tw := upload(bob, "twin.bin", twin)
+	if tw.Instant || tw.PartsSent != 3 || !hashed("twin.bin") {
+		t.Fatalf("twin: %+v, hashed %v; want hashed, then 3 parts sent", tw, hashed("twin.bin"))
+	}
+	ts := sha256.Sum256(twin)
+	if v := f.waitVerified(bob, tw.UploadID); v.SHA256 != hex.EncodeToString(ts[:]) {
+		t.Fatalf("twin verified as %s, want %x", v.SHA256, ts)
 	}
 }
 
-// changingReader flips a byte of its data once a read has gone past
-// changeAfter, as a file being written to while it is uploaded.
+// A file that changes between the read that checksums a part and the send
+// of that part is refused by S3 (the URL pins the first checksum), and the
+// client says what happened instead of retrying: nothing mixed is stored.
+func TestClientRefusesAFileChangedMidUpload(t *testing.T) {
+	f := Start(t, Options{})
+	_, alice := f.CreateUser("alice", false)
+	data := make([]byte, 2*8*mib+5)
+	rand.Read(data)
+	r := &changingReader{data: data}
+	_, err := f.Client(alice).Upload(context.Background(), r, int64(len(data)), client.UploadOptions{Name: "moving.bin"})
+	if err == nil || !strings.Contains(err.Error(), "changed while it was being uploaded") {
+		t.Fatalf("a file changed mid-upload: %v, want the change reported", err)
+	}
+	var files struct{ Files []any }
+	f.Do("GET", "/files", alice, nil).JSON(t, &files)
+	if len(files.Files) != 0 {
+		t.Fatalf("alice has %d files after a refused upload", len(files.Files))
+	}
+}
+
+// changingReader flips a byte of part 1 just before its third read at
+// offset 0: the first is the client's look at the head for POST /uploads,
+// the second the checksum read, the third the read that sends the part.
 type changingReader struct {
-	mu          sync.Mutex
-	data        []byte
-	changeAfter int64
-	changed     bool
+	mu    sync.Mutex
+	data  []byte
+	reads int
 }
 
 func (c *changingReader) ReadAt(p []byte, off int64) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if off >= c.changeAfter && !c.changed {
-		c.data[9*5*mib+7] ^= 0xff // part 10: read ahead already, its turn to be sent much later
-		c.changed = true
+	if off == 0 {
+		if c.reads++; c.reads == 3 {
+			c.data[1234] ^= 0xff
+		}
 	}
 	if off >= int64(len(c.data)) {
 		return 0, io.EOF

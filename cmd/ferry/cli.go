@@ -147,10 +147,14 @@ func (r *reporter) progress(p client.Progress) {
 			return
 		}
 		r.last, r.phase = time.Now(), p.Phase
-		json.NewEncoder(r.out).Encode(map[string]any{
+		ev := map[string]any{
 			"event": "progress", "file": r.label, "phase": p.Phase, "done": p.Done, "total": p.Total,
 			"rate": int64(p.Rate), "eta_seconds": p.ETA.Seconds(),
-		})
+		}
+		if p.UploadID != "" {
+			ev["upload_id"] = p.UploadID
+		}
+		json.NewEncoder(r.out).Encode(ev)
 	case "lines":
 		// A line when a phase starts, every 2 s, and when it completes;
 		// never the same state twice.
@@ -257,7 +261,7 @@ func cmdUpload(args []string, stdout, stderr io.Writer) (int, error) {
 	concurrency := flags.Int("concurrency", 4, "`N` parts in flight")
 	contentType := flags.String("type", "", "the files' `CONTENT-TYPE` (default: from the extension)")
 	ticket := flags.String("ticket", "", "an upload `TICKET` (ftk_…) from your app's backend, instead of --token")
-	noInstant := flags.Bool("no-instant", false, "do not hash files on this machine: ferry cannot recognise content it holds already, and computes the SHA-256 itself after the merge")
+	noInstant := flags.Bool("no-instant", false, "never hash files on this machine, even when ferry may hold the content already: no instant upload")
 	meta := metaFlag{}
 	flags.Var(meta, "meta", "`KEY=VALUE` metadata for the file (repeatable)")
 	files, err := parseInterspersed(flags, args)

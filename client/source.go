@@ -1,0 +1,128 @@
+package client
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"strconv"
+	"syscall"
+)
+
+// source hands the senders the bytes of one part as a PUT body. The
+// checksums come from an earlier read of the same bytes; S3 checks the
+// body against the checksum signed into the URL, so bytes that changed in
+// between are refused, never stored.
+type source interface {
+	// open returns part [off, off+length) as a body, and a function to
+	// call once the PUT is done with it.
+	open(off, length int64) (io.Reader, func(), error)
+}
+
+// fileSource sends parts of a file with sendfile(2) where the platform has
+// it: net/http copies a body that exposes its file descriptor
+// (syscall.Conn) from the page cache to the socket in the kernel, so part
+// bytes are never copied through the client's memory. Each body is its
+// own open file description, as sendfile reads from, and moves, the file
+// position.
+type fileSource struct {
+	reopen func() (*os.File, error)
+}
+
+// newFileSource returns a source for f, or nil when f cannot be opened
+// again as the same file (then parts are read into buffers).
+func newFileSource(f *os.File) source {
+	st, err := f.Stat()
+	if err != nil || !st.Mode().IsRegular() {
+		return nil
+	}
+	// On Linux, /proc/self/fd opens the very file f has open, even if it
+	// was renamed since; elsewhere the name it was opened by.
+	name := f.Name()
+	if runtime.GOOS == "linux" {
+		name = "/proc/self/fd/" + strconv.Itoa(int(f.Fd()))
+	}
+	reopen := func() (*os.File, error) {
+		g, err := os.Open(name)
+		if err != nil {
+			return nil, err
+		}
+		if gs, err := g.Stat(); err != nil || !os.SameFile(st, gs) {
+			g.Close()
+			return nil, errors.New("ferry: the file was replaced while it was being uploaded")
+		}
+		return g, nil
+	}
+	g, err := reopen()
+	if err != nil {
+		return nil
+	}
+	g.Close()
+	return &fileSource{reopen: reopen}
+}
+
+func (s *fileSource) open(off, length int64) (io.Reader, func(), error) {
+	f, err := s.reopen()
+	if err != nil {
+		return nil, nil, fmt.Errorf("ferry: read: %w", err)
+	}
+	if _, err := f.Seek(off, io.SeekStart); err != nil {
+		f.Close()
+		return nil, nil, fmt.Errorf("ferry: read: %w", err)
+	}
+	return &filePart{f: f, end: off + length}, func() { f.Close() }, nil
+}
+
+// filePart is a part of a file read from its file position up to end.
+// net/http wraps it in an io.LimitedReader of the part's length and hands
+// it to the connection, which finds the descriptor through SyscallConn and
+// sends the part with sendfile(2); Read serves any other path, and the
+// position tells it how much was sent either way.
+type filePart struct {
+	f   *os.File
+	end int64
+}
+
+func (p *filePart) Read(b []byte) (int, error) {
+	pos, err := p.f.Seek(0, io.SeekCurrent)
+	if err != nil {
+		return 0, err
+	}
+	if pos >= p.end {
+		return 0, io.EOF
+	}
+	if left := p.end - pos; int64(len(b)) > left {
+		b = b[:left]
+	}
+	return p.f.Read(b)
+}
+
+func (p *filePart) SyscallConn() (syscall.RawConn, error) { return p.f.SyscallConn() }
+
+// bufferSource reads parts into a pool of part-sized buffers, one per PUT
+// in flight: for readers that are not files.
+type bufferSource struct {
+	r    io.ReaderAt
+	pool chan []byte
+}
+
+func newBufferSource(r io.ReaderAt, partSize int64, buffers int) *bufferSource {
+	pool := make(chan []byte, buffers)
+	for range buffers {
+		pool <- make([]byte, partSize)
+	}
+	return &bufferSource{r: r, pool: pool}
+}
+
+func (s *bufferSource) open(off, length int64) (io.Reader, func(), error) {
+	b := <-s.pool
+	release := func() { s.pool <- b[:cap(b)] }
+	b = b[:length]
+	if _, err := s.r.ReadAt(b, off); err != nil && !errors.Is(err, io.EOF) {
+		release()
+		return nil, nil, fmt.Errorf("ferry: read: %w", err)
+	}
+	return bytes.NewReader(b), release, nil
+}
