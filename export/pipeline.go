@@ -45,12 +45,16 @@ import (
 //
 // Memory is bounded by the windows in the stages, genWorkers generation
 // batches, and the artifact writer's two part buffers. On two cores the
-// stages keep both busy; what limits a run there is the S3 server's cost
-// per PUT (one per shard) and the database's per read.
+// stages keep both busy; what limits a run there is CPU: the S3 server's
+// per PUT (one per shard, hence the default of 1,000 messages a shard),
+// the database's per read (hence genMessages, a few default shards a
+// read: each read is three statements, the membership intervals, the
+// messages with their recalls and the attachments) and ferry's own for
+// JSON, gzip and SHA-256.
 const (
 	windowShards = 32
 	windowBytes  = 4 << 20
-	genMessages  = 1600 // messages one generation read covers, at least one shard's
+	genMessages  = 4000 // messages one generation read covers, at least one shard's
 	genWorkers   = 3
 	putsInFlight = 16
 )
