@@ -346,8 +346,24 @@ func (s *Service) render(e models.Export, sh models.ExportShard, msgs []chat.Mes
 	if len(msgs) != sh.Messages {
 		return nil, &NondeterministicError{Shard: sh.N, RecordedMsgs: sh.Messages, GotMsgs: len(msgs), messagesDiffer: true}
 	}
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
+	// Room for every line up front: growing the buffer as it fills
+	// copied each shard several times. The size is what a line takes
+	// when nothing needs escaping; escapes just make the buffer grow.
+	size := 0
+	for _, m := range msgs {
+		size += lineOverhead + len(m.Conversation) + len(m.Sender) + len(m.Body) + digits(m.Gseq) + digits(m.Seq)
+		if m.Recalled {
+			size-- // true is a letter shorter than false
+		}
+		for i, a := range m.Attachments {
+			size += len(a) + 2 // quoted
+			if i > 0 {
+				size++ // and a comma
+			}
+		}
+	}
+	buf := bytes.NewBuffer(make([]byte, 0, size))
+	enc := json.NewEncoder(buf)
 	enc.SetEscapeHTML(false)
 	for _, m := range msgs {
 		l := line{Attachments: m.Attachments, Body: m.Body, Conv: m.Conversation, Gseq: m.Gseq, Recalled: m.Recalled,
@@ -364,6 +380,25 @@ func (s *Service) render(e models.Export, sh models.ExportShard, msgs []chat.Mes
 		b = h(e.ID, sh.N, b)
 	}
 	return b, nil
+}
+
+// lineOverhead is a line's size apart from its conversation, sender,
+// body, attachments, gseq and seq: the keys, quotes, punctuation, the
+// time and the newline.
+const lineOverhead = len(`{"attachments":[],"body":"","conv":"","gseq":,"recalled":false,"sender":"","sent_at":"","seq":}`) +
+	len(sentAtLayout) + 1
+
+// digits is the length of n in decimal.
+func digits(n int64) int {
+	d := 1
+	if n < 0 {
+		d++
+	}
+	for n <= -10 || n >= 10 {
+		n /= 10
+		d++
+	}
+	return d
 }
 
 // record stores the new hashes of a window in one statement, before any
