@@ -2,12 +2,14 @@ package export
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
 
 	"github.com/ferry-io/ferry/chat"
+	"github.com/ferry-io/ferry/internal/testenv"
 	"github.com/ferry-io/ferry/models"
 )
 
@@ -63,4 +65,30 @@ func TestRenderSizesItsBuffer(t *testing.T) {
 	if digits(0) != 1 || digits(9) != 1 || digits(10) != 2 || digits(-10) != 3 || digits(1<<62) != 19 {
 		t.Fatal("digits miscounts")
 	}
+}
+
+// Without a configured size a shard holds 1,000 messages: one PUT each,
+// where the S3 server's cost per PUT made 200-message shards slow.
+func TestDefaultShardSize(t *testing.T) {
+	testenv.ForEachDB(t, func(t *testing.T, db *testenv.DB) {
+		e := newEnv(t, db, nil, Config{})
+		ctx := context.Background()
+		var ids []string
+		for i := range 2 {
+			ids = append(ids, e.user(fmt.Sprintf("u%d", i), false).ID)
+		}
+		if _, err := chat.Seed(ctx, db.DB, chat.SeedOptions{Users: ids, Conversations: 1, Messages: 2500, Seed: 5}); err != nil {
+			t.Fatal(err)
+		}
+		// The first seeded user is a member from the start and never
+		// leaves: the export has every message.
+		v := e.create(chat.Actor{ID: ids[0]}, "k", "all")
+		e.start()
+		e.wait(v.ID, 60*time.Second, StateDone)
+		var sizes []int
+		db.Model(&models.ExportShard{}).Where("export_id = ?", v.ID).Order("n").Pluck("messages", &sizes)
+		if fmt.Sprint(sizes) != "[1000 1000 500]" {
+			t.Fatalf("shards of %v messages, want [1000 1000 500]", sizes)
+		}
+	})
 }
