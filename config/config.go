@@ -324,7 +324,7 @@ func settings() []setting {
 		}},
 		{"FERRY_QUOTA_EXPORTS_PER_DAY", "0", intInto(func(c *Config) *int { return &c.QuotaExportsPerDay }, 0, 1_000_000)},
 		{"FERRY_EXPORT_RETENTION", "168h", durationInto(func(c *Config) *time.Duration { return &c.ExportRetention }, time.Minute)},
-		{"FERRY_EXPORT_SHARD_SIZE", "200", intInto(func(c *Config) *int { return &c.ExportShardSize }, 1, 1_000_000)},
+		{"FERRY_EXPORT_SHARD_SIZE", "1000", intInto(func(c *Config) *int { return &c.ExportShardSize }, 1, 1_000_000)},
 		{"FERRY_EXPORT_CONCURRENCY", "2", intInto(func(c *Config) *int { return &c.ExportConcurrency }, 1, 64)},
 		{"FERRY_EXPORT_DELETE_SHARDS", "true", boolInto(func(c *Config) *bool { return &c.ExportDeleteShards })},
 		{"FERRY_JOB_LEASE", "30s", durationInto(func(c *Config) *time.Duration { return &c.JobLease }, time.Second)},

@@ -22,7 +22,7 @@ func TestDefaults(t *testing.T) {
 		!strings.HasSuffix(c.DBDSN, "/ferry-data/ferry.db") || !c.Embedded() ||
 		c.S3PublicEndpoint != "http://127.0.0.1:9310" || c.S3Bucket != "ferry" ||
 		c.DownloadLinkTTL != 300*time.Second || c.DownloadLinkMaxAddrs != 3 || c.UploadTTL != 24*time.Hour || c.ExportRetention != 168*time.Hour ||
-		c.ExportShardSize != 200 || c.JobLease != 30*time.Second || len(c.WebhookRetrySchedule) != 10 ||
+		c.ExportShardSize != 1000 || c.JobLease != 30*time.Second || len(c.WebhookRetrySchedule) != 10 ||
 		c.WebhookAllowPrivate || c.DefaultPartSize != 8<<20 || c.MaxUploadSize != 10_000*5<<30 || c.S3MaxParts != 10_000 || c.S3MaxPartSize != 5<<30 ||
 		c.DownloadLogRetention != 30*24*time.Hour || c.MetricsAddr != "" ||
 		c.RateAuthFailures.String() != "10/min" || c.RateCreates.String() != "120/min" {

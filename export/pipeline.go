@@ -45,12 +45,16 @@ import (
 //
 // Memory is bounded by the windows in the stages, genWorkers generation
 // batches, and the artifact writer's two part buffers. On two cores the
-// stages keep both busy; what limits a run there is the S3 server's cost
-// per PUT (one per shard) and the database's per read.
+// stages keep both busy; what limits a run there is CPU: the S3 server's
+// per PUT (one per shard, hence the default of 1,000 messages a shard),
+// the database's per read (hence genMessages, a few default shards a
+// read: each read is three statements, the membership intervals, the
+// messages with their recalls and the attachments) and ferry's own for
+// JSON, gzip and SHA-256.
 const (
 	windowShards = 32
 	windowBytes  = 4 << 20
-	genMessages  = 1600 // messages one generation read covers, at least one shard's
+	genMessages  = 4000 // messages one generation read covers, at least one shard's
 	genWorkers   = 3
 	putsInFlight = 16
 )
@@ -342,8 +346,24 @@ func (s *Service) render(e models.Export, sh models.ExportShard, msgs []chat.Mes
 	if len(msgs) != sh.Messages {
 		return nil, &NondeterministicError{Shard: sh.N, RecordedMsgs: sh.Messages, GotMsgs: len(msgs), messagesDiffer: true}
 	}
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
+	// Room for every line up front: growing the buffer as it fills
+	// copied each shard several times. The size is what a line takes
+	// when nothing needs escaping; escapes just make the buffer grow.
+	size := 0
+	for _, m := range msgs {
+		size += lineOverhead + len(m.Conversation) + len(m.Sender) + len(m.Body) + digits(m.Gseq) + digits(m.Seq)
+		if m.Recalled {
+			size-- // true is a letter shorter than false
+		}
+		for i, a := range m.Attachments {
+			size += len(a) + 2 // quoted
+			if i > 0 {
+				size++ // and a comma
+			}
+		}
+	}
+	buf := bytes.NewBuffer(make([]byte, 0, size))
+	enc := json.NewEncoder(buf)
 	enc.SetEscapeHTML(false)
 	for _, m := range msgs {
 		l := line{Attachments: m.Attachments, Body: m.Body, Conv: m.Conversation, Gseq: m.Gseq, Recalled: m.Recalled,
@@ -360,6 +380,25 @@ func (s *Service) render(e models.Export, sh models.ExportShard, msgs []chat.Mes
 		b = h(e.ID, sh.N, b)
 	}
 	return b, nil
+}
+
+// lineOverhead is a line's size apart from its conversation, sender,
+// body, attachments, gseq and seq: the keys, quotes, punctuation, the
+// time and the newline.
+const lineOverhead = len(`{"attachments":[],"body":"","conv":"","gseq":,"recalled":false,"sender":"","sent_at":"","seq":}`) +
+	len(sentAtLayout) + 1
+
+// digits is the length of n in decimal.
+func digits(n int64) int {
+	d := 1
+	if n < 0 {
+		d++
+	}
+	for n <= -10 || n >= 10 {
+		n /= 10
+		d++
+	}
+	return d
 }
 
 // record stores the new hashes of a window in one statement, before any
