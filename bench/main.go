@@ -274,7 +274,7 @@ func (b *bench) runOnce(ctx context.Context, run int) ([]result, error) {
 	if err := add(b.ferryDownload(ctx, up.fileID)); err != nil {
 		return out, err
 	}
-	r, again, err := b.ferryUploadNoInstant(ctx)
+	r, again, err := b.ferryUploadInstant(ctx)
 	if err := add(r, err); err != nil {
 		return out, err
 	}

@@ -221,7 +221,7 @@ func (s summary) phase(name string) phaseSummary {
 // ceiling is the case each contender is compared with.
 func ceiling(c string) string {
 	switch c {
-	case caseFerryUpload, caseFerryNoInstant, caseTusdUpload, caseAWSCLIUpload, caseSDKUpload, caseSDKUploadMD5, caseSDKUploadCRC32:
+	case caseFerryUpload, caseFerryInstant, caseTusdUpload, caseAWSCLIUpload, caseSDKUpload, caseSDKUploadMD5, caseSDKUploadCRC32:
 		return caseSDKUpload
 	}
 	return caseS3Get
@@ -319,9 +319,9 @@ func (rp report) verdicts() []verdict {
 			upRatio, fu.MiBps, crc.MiBps, rp.versus(caseFerryUpload, caseSDKUpload, result.mibps), sdk.MiBps, xferRatio, size/xfer.Wall),
 		Met: upRatio >= targetUploadRatio,
 	}
-	if ni := rp.summarise(caseFerryNoInstant); ni.Runs > 0 {
-		v1.Measured += fmt.Sprintf("; `ferry upload --no-instant`, which leaves the SHA-256 to ferry: %.2f× (%.1f MiB/s, CLI %.2f CPU s/GiB)",
-			rp.versus(caseFerryNoInstant, caseSDKUploadCRC32, result.mibps), ni.MiBps, ni.ClientCPUPerGiB)
+	if in := rp.summarise(caseFerryInstant); in.Runs > 0 {
+		v1.Measured += fmt.Sprintf("; uploading the same file again while ferry holds it: instant after %.2f s (the CLI hashes it first, %.2f CPU s/GiB), no part sent",
+			in.Wall, in.ClientCPUPerGiB)
 	}
 	if !v1.Met {
 		v1.Why = append(v1.Why, fmt.Sprintf("Where the %.2f s go: setup %.2f s, transfer %.2f s, last part sent → the client sees success %.2f s; "+
@@ -333,7 +333,7 @@ func (rp report) verdicts() []verdict {
 				what = fmt.Sprintf("the client reading and hashing the file before its first PUT (%.2f CLI CPU s/GiB), `POST /uploads` and the CLI's start", setup.ClientCPU)
 			}
 			v1.Why = append(v1.Why, fmt.Sprintf("**%.2f s of the %.2f s pass before the first part is sent**: %s. "+
-				"A client that hashes while it sends (issue 12) leaves only the API call here.", setup.Wall, fu.Wall, what))
+				"A client that hashes only when ferry may hold the content leaves only the API call here.", setup.Wall, fu.Wall, what))
 		}
 		if xferRatio < targetUploadRatio {
 			md5 := rp.summarise(caseSDKUploadMD5)
@@ -345,16 +345,9 @@ func (rp report) verdicts() []verdict {
 				md5.ClientCPUPerGiB, md5.S3CPUPerGiB))
 		}
 		if extra := fu.ClientCPUPerGiB - crc.ClientCPUPerGiB; extra > 0.3 {
-			why := fmt.Sprintf("**The CLI spends %.2f CPU s/GiB, %.2f more than the SDK+CRC32C client's %.2f**: the SHA-256 it computes while sending, "+
-				"so that content ferry holds already becomes an instant upload (SHA-256 alone is about 0.79 s/GiB here). "+
+			v1.Why = append(v1.Why, fmt.Sprintf("**The CLI spends %.2f CPU s/GiB, %.2f more than the SDK+CRC32C client's %.2f.** "+
 				"On %d cores the client, `ferry serve` and S3 share %.2f cores busy, so that CPU is wall time.",
-				fu.ClientCPUPerGiB, extra, crc.ClientCPUPerGiB, cores, fu.Busy)
-			if ni := rp.summarise(caseFerryNoInstant); ni.Runs > 0 {
-				why += fmt.Sprintf(" Without it (`--no-instant`: CLI %.2f CPU s/GiB) ferry runs at %.2f× the ceiling; "+
-					"with a core to spare, as a client sending to a remote store has, the hash is off the critical path.",
-					ni.ClientCPUPerGiB, rp.versus(caseFerryNoInstant, caseSDKUploadCRC32, result.mibps))
-			}
-			v1.Why = append(v1.Why, why)
+				fu.ClientCPUPerGiB, extra, crc.ClientCPUPerGiB, cores, fu.Busy))
 		}
 		if extra := finish.Wall - crc.CompleteSeconds; extra > targetFinishSlack {
 			v1.Why = append(v1.Why, fmt.Sprintf("**%.2f s from the last part sent to success**, against %.2f s for S3's own CompleteMultipartUpload: see the target on it below.",
@@ -453,7 +446,7 @@ func (rp report) phasesTable() string {
 	fu := rp.summarise(caseFerryUpload)
 	what := map[string]string{
 		"setup":    "from the CLI's start to its first part PUT: `POST /uploads`, and whatever the client reads before sending",
-		"transfer": "presign calls and part PUTs straight to S3, until the last byte of the last part is sent",
+		"transfer": "presign calls and part PUTs straight to S3, until S3 has answered the last one",
 		"finish":   fmt.Sprintf("the last PUT's answer, `complete`, the merge job (%.2f s, with S3's CompleteMultipartUpload), until ferry records success", fu.MergeSeconds),
 		"sha256": fmt.Sprintf("after success, in the background: the verify job reads the object back through SHA-256 (%.2f s in the job); the client has its answer already",
 			fu.VerifySeconds),
@@ -563,7 +556,7 @@ func (rp report) markdown() string {
 - **CPU** is utime+stime from ` + "`/proc/<pid>/stat`" + ` (10 ms ticks) read just before and just after each case, for the
   API server (` + "`ferry serve`" + `, tusd), for VersityGW, and for the client (the CLI process; the bench process itself
   for the in-process SDK and tus clients; the ` + "`aws`" + ` process and its children). For ` + "`ferry upload`" + `, all three are also read
-  at its first part PUT and when it has sent the last byte (from its ` + "`--json`" + ` progress), when ferry records success
+  at its first part PUT and when S3 has answered its last part PUT (from its ` + "`--json`" + ` progress), when ferry records success
   (the bench takes the upload's id from the CLI's progress lines and long-polls it, so a client that polls slowly does not move
   the verify job's CPU into the control plane), and when the file's SHA-256 is verified (the bench polls the file
   every 100 ms). The case's wall time ends when the CLI exits; the verify job after success is the "sha256" phase.

@@ -357,7 +357,8 @@ func (s *Service) instant(ctx context.Context, userID string, blob *models.Blob,
 }
 
 // DeclareSHA256 tells ferry the SHA-256 of an upload that is under way, as
-// soon as a client that hashes while it sends knows it. It answers what
+// soon as a client knows it (after Init said the content may be held, or
+// from a read that also feeds the parts). It answers what
 // Init would have: Instant when the caller already owns the content (the
 // running upload is aborted; nothing more needs sending), ProofRequired
 // when someone else does (a proof gives the file; the client then aborts
