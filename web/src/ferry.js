@@ -11,11 +11,15 @@
 // part's CRC32C is known as soon as the part is read, and the part is then
 // signed (its CRC32C pinned in the URL, so S3 refuses other bytes) and PUT
 // straight to S3, several at once. ferry is asked as soon as the first
-// part is hashed — which finds an unfinished upload of the same file, so
-// only the parts S3 lacks are sent — and told the file's SHA-256 once the
-// read is done, which can still turn the upload into an instant file. The
-// whole file's CRC32C goes with complete and S3 checks it; the SDK then
-// waits (a long poll) for success. See docs/browser.md.
+// part is hashed, with the CRC32C of the file's first 8 MiB: that finds an
+// unfinished upload of the same file, so only the parts S3 lacks are sent,
+// and ferry says whether it may hold the content already
+// (instant_candidate). Only then is the whole file hashed (SHA-256), before
+// any part is sent, and the hash declared, which can turn the upload into
+// an instant file; otherwise the SHA-256 is ferry's to compute. Small
+// files are hashed at once and ask with their SHA-256. The whole file's
+// CRC32C goes with complete and S3 checks it; the SDK then waits (a long
+// poll) for success. See docs/browser.md.
 
 const MiB = 1 << 20
 const defaultPartSize = 8 * MiB
@@ -243,11 +247,15 @@ function deferred() {
 // were damaged on the way, and the part is read and sent again.
 const badDigest = new Set(['BadDigest', 'XAmzContentChecksumMismatch', 'InvalidDigest'])
 
-// The part PUTs wait for a whole-file hash only for files this small: it
-// takes a few tens of milliseconds, and content ferry already holds then
-// costs no bytes at all. Larger files start sending as soon as their first
-// part is hashed, and declare the SHA-256 once it is known.
+// Files this small are hashed (SHA-256) before ferry is asked: it takes a
+// few tens of milliseconds, and content ferry already holds then costs no
+// bytes at all. Larger files are hashed only when ferry answers that it may
+// hold the content (instant_candidate, from the CRC32C of their head).
 const hashFirstLimit = 16 * MiB
+
+// headLength is how much of a file its head CRC32C covers (ferry's
+// upload.HeadLength): part 1 at the default part size.
+const headLength = defaultPartSize
 
 // waitFor is how long one status request may be held open by ferry.
 const waitFor = '30s'
@@ -279,12 +287,12 @@ export class Upload extends EventTarget {
    * @param {number} [opts.pollInterval] ms between status requests when
    *   ferry answers them without waiting (default 1000)
    * @param {string} [opts.name] the file name (default file.name)
-   * @param {boolean} [opts.skipHash] leave the file's SHA-256 to ferry:
-   *   the SDK computes only the CRC32Cs S3 checks, so the upload cannot
-   *   become an instant file, and the file's sha256 is the one ferry
-   *   computes from the stored object (absent until it has). The SHA-256 is
-   *   the one cost an upload adds to plain part PUTs; skip it for content
-   *   ferry is not going to hold already (as `ferry upload --no-instant`)
+   * @param {boolean} [opts.skipHash] never hash the file, even a small one
+   *   or one ferry says it may hold: the SDK computes only the CRC32Cs S3
+   *   checks, so the upload cannot become an instant file (as `ferry
+   *   upload --no-instant`). Without it, the file is hashed only when an
+   *   instant upload may come of it; either way the file's sha256 is the
+   *   one ferry computes from the stored object (absent until it has)
    */
   constructor(client, file, opts = {}) {
     super()
@@ -444,7 +452,7 @@ export class Upload extends EventTarget {
     this.setState('hashing')
     const size = this.file.size
     this.hashing = this.client.hasher().stream(this.file, this.partSize, {
-      sha: !this.skipHash,
+      sha: !this.skipHash && size <= hashFirstLimit,
       onPart: (p) => this.slot(p.n).resolve(p),
       onProgress: (n) => {
         this.bytesHashed = n
@@ -478,8 +486,13 @@ export class Upload extends EventTarget {
       file_name: this.name, size: this.file.size, content_type: this.file.type || '', part_size: this.partSize,
       checksum_algorithm: 'CRC32C',
     }
-    if (this.sha256) body.sha256 = this.sha256
-    else body.first_part_crc32c = this.digestNow(1).crc32c
+    if (this.sha256) {
+      body.sha256 = this.sha256
+    } else {
+      body.first_part_crc32c = this.digestNow(1).crc32c
+      // Part 1 is the head unless a huge file needed larger parts.
+      if (this.partSize === headLength || this.file.size <= headLength) body.head_crc32c = body.first_part_crc32c
+    }
     return body
   }
 
@@ -501,6 +514,10 @@ export class Upload extends EventTarget {
     }
     this.partCount = up.part_count
     this.urls.clear()
+    if (up.instant_candidate && !this.skipHash && !this.sha256) {
+      const res = await this.hashFirst()
+      if (res) return res
+    }
     this.hashed.then(() => this.declare(), () => {})
 
     let listed = up.parts
@@ -545,6 +562,40 @@ export class Upload extends EventTarget {
       digests.push(await this.client.hasher().sha256(blob))
     }
     return this.client.api('POST', '/uploads/proofs/' + encodeURIComponent(ch.id), { digests })
+  }
+
+  /**
+   * hashFirst runs when ferry may hold the content (instant_candidate):
+   * it hashes the whole file before any part is sent and declares the
+   * SHA-256. An instant file, or one a proof of possession gives, ends the
+   * upload (it is returned); otherwise only the head matched, and the
+   * upload goes on with its hash declared.
+   */
+  async hashFirst() {
+    this.setState('hashing')
+    this.sha256 = await this.client.hasher().sha256(this.file)
+    this.checkStopped()
+    if (this.serverSHA) {
+      // A resumed upload that declared its hash already: another hash is
+      // another file, for a new upload.
+      if (this.serverSHA !== this.sha256) this.conflict = true
+      return null
+    }
+    let ans = await this.retrying(() => this.client.api('POST', `/uploads/${this.uploadId}/sha256`, { sha256: this.sha256 }))
+    if (ans.state === 'proof_required') {
+      try {
+        ans = await this.prove(ans.challenge)
+        this.proved = true
+      } catch {
+        return null // no file from the proof: the upload goes on
+      }
+    }
+    if (ans.state === 'success') {
+      this.shortcut = ans
+      return this.takeShortcut()
+    }
+    this.serverSHA = ans.sha256 || null
+    return null
   }
 
   /**
