@@ -101,6 +101,12 @@ func (p *filePart) Read(b []byte) (int, error) {
 
 func (p *filePart) SyscallConn() (syscall.RawConn, error) { return p.f.SyscallConn() }
 
+// Close makes filePart an io.ReadCloser, which net/http takes as the
+// request body as it is: a plain io.Reader it would wrap in a NopCloser,
+// which hides SyscallConn and with it sendfile. The file is closed by the
+// function open returned, once the PUT is done.
+func (p *filePart) Close() error { return nil }
+
 // bufferSource reads parts into a pool of part-sized buffers, one per PUT
 // in flight: for readers that are not files.
 type bufferSource struct {
