@@ -185,11 +185,11 @@ func (c *Client) Upload(ctx context.Context, r io.ReaderAt, size int64, opts Upl
 		res.Instant, res.FileID = true, up.FileID
 		return res, nil
 	case "proof_required":
-		fileID, err := c.prove(ctx, r, size, up.Challenge)
+		got, err := c.prove(ctx, r, size, up.Challenge)
 		if err != nil {
 			return nil, err
 		}
-		res.Instant, res.FileID = true, fileID
+		res.Instant, res.FileID, res.UploadID = true, got.FileID, got.UploadID
 		return res, nil
 	case "pending", "merging":
 		// Completed already by an earlier run: wait for it.
@@ -298,32 +298,32 @@ type presignedURL struct {
 
 // prove answers a proof-of-possession challenge: for each requested range
 // of the local bytes, the SHA-256 of the challenge's nonce followed by the
-// range.
-func (c *Client) prove(ctx context.Context, r io.ReaderAt, size int64, ch *challenge) (string, error) {
+// range. It returns ferry's answer: the instant upload and its file.
+func (c *Client) prove(ctx context.Context, r io.ReaderAt, size int64, ch *challenge) (*uploadJSON, error) {
 	if ch == nil {
-		return "", errors.New("ferry: proof_required without a challenge")
+		return nil, errors.New("ferry: proof_required without a challenge")
 	}
 	nonce, err := hex.DecodeString(ch.Nonce)
 	if err != nil || len(nonce) == 0 {
-		return "", errors.New("ferry: the challenge has no valid nonce")
+		return nil, errors.New("ferry: the challenge has no valid nonce")
 	}
 	digests := make([]string, len(ch.Ranges))
 	for i, rg := range ch.Ranges {
 		if rg.Offset < 0 || rg.Length < 0 || rg.Offset+rg.Length > size {
-			return "", fmt.Errorf("ferry: challenge range %d+%d is outside the file", rg.Offset, rg.Length)
+			return nil, fmt.Errorf("ferry: challenge range %d+%d is outside the file", rg.Offset, rg.Length)
 		}
 		h := sha256.New()
 		h.Write(nonce)
 		if _, err := io.Copy(h, io.NewSectionReader(r, rg.Offset, rg.Length)); err != nil {
-			return "", err
+			return nil, err
 		}
 		digests[i] = hex.EncodeToString(h.Sum(nil))
 	}
 	var out uploadJSON
 	if _, err := c.call(ctx, http.MethodPost, "/uploads/proofs/"+ch.ID, map[string]any{"digests": digests}, &out); err != nil {
-		return "", err
+		return nil, err
 	}
-	return out.FileID, nil
+	return &out, nil
 }
 
 // headLength is how much of a file its head CRC32C covers (ferry's
@@ -491,15 +491,16 @@ func (c *Client) hashAndDeclare(ctx context.Context, r io.ReaderAt, up *uploadJS
 	}
 	switch out.State {
 	case "success":
-		// ferry aborted the upload itself.
-		res.Instant, res.FileID = true, out.FileID
+		// ferry aborted the running upload itself; the file is the
+		// instant upload's.
+		res.Instant, res.FileID, res.UploadID = true, out.FileID, out.UploadID
 		return true, nil
 	case "proof_required":
-		fileID, err := c.prove(ctx, r, up.Size, out.Challenge)
+		got, err := c.prove(ctx, r, up.Size, out.Challenge)
 		if err != nil {
 			return false, err
 		}
-		res.Instant, res.FileID = true, fileID
+		res.Instant, res.FileID, res.UploadID = true, got.FileID, got.UploadID
 		u := &uploader{c: c, up: *up}
 		u.abort(ctx)
 		return true, nil

@@ -327,11 +327,14 @@ func TestClientHashesOnlyWhenContentMayBeHeld(t *testing.T) {
 	data := make([]byte, 20*mib+11) // a head of 8 MiB and more after it
 	rand.Read(data)
 	sum := sha256.Sum256(data)
-	var phases sync.Map
+	var phases, running sync.Map // name/phase seen; name → the upload its progress named
 	upload := func(tok, name string, b []byte) *client.UploadResult {
 		t.Helper()
 		res, err := f.Client(tok).Upload(ctx, bytes.NewReader(b), int64(len(b)), client.UploadOptions{Name: name,
-			Progress: func(p client.Progress) { phases.Store(name+"/"+p.Phase, true) }})
+			Progress: func(p client.Progress) {
+				phases.Store(name+"/"+p.Phase, true)
+				running.LoadOrStore(name, p.UploadID)
+			}})
 		if err != nil {
 			t.Fatalf("upload %s: %v", name, err)
 		}
@@ -353,11 +356,23 @@ func TestClientHashesOnlyWhenContentMayBeHeld(t *testing.T) {
 	}
 	var st uploadJSON
 	f.Do("GET", "/uploads/"+again.UploadID, alice, nil).JSON(t, &st)
-	if st.State != "aborted" {
-		t.Fatalf("the upload made useless by the instant answer is %s, want aborted", st.State)
+	if st.State != "success" || st.FileID != again.FileID {
+		t.Fatalf("the result's upload %s is %s with file %s, want the instant upload of %s", again.UploadID, st.State, st.FileID, again.FileID)
 	}
-	if proved := upload(bob, "b.bin", data); !proved.Instant || proved.PartsSent != 0 {
+	if id, _ := running.Load("again.bin"); id == again.UploadID {
+		t.Fatal("the instant answer's upload is the one the hash ran for")
+	} else {
+		f.Do("GET", "/uploads/"+id.(string), alice, nil).JSON(t, &st)
+		if st.State != "aborted" {
+			t.Fatalf("the upload made useless by the instant answer is %s, want aborted", st.State)
+		}
+	}
+	proved := upload(bob, "b.bin", data)
+	if !proved.Instant || proved.PartsSent != 0 {
 		t.Fatalf("bob's upload: %+v, want instant after a proof, no part sent", proved)
+	}
+	if v := f.waitVerified(bob, proved.UploadID); v.FileID != proved.FileID {
+		t.Fatalf("bob's result names upload %s of file %s; the proof gave file %s", proved.UploadID, v.FileID, proved.FileID)
 	}
 
 	// Same size and head, other bytes after it: hashed (the hint cannot
