@@ -438,7 +438,7 @@ class Card {
     const shown = p.phase === 'hashing' ? 0 : pct
     this.sent = p.phase === 'hashing' ? 0 : p.bytesDone
     overall()
-    this.bar.style.width = shown.toFixed(1) + '%'
+    this.bar.style.transform = 'scaleX(' + (shown / 100).toFixed(3) + ')'
     this.meter.setAttribute('aria-valuenow', shown.toFixed(0))
     this.inflightBytes = p.phase === 'uploading' ? Math.max(0, p.bytesDone - this.up.bytesDone) : 0
     if (p.phase === 'hashing') {
