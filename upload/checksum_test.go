@@ -3,8 +3,12 @@ package upload_test
 import (
 	"bytes"
 	"context"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"gorm.io/gorm"
 
 	"github.com/ferry-io/ferry/errkind"
 	"github.com/ferry-io/ferry/internal/testenv"
@@ -281,6 +285,58 @@ func TestWaitStatusAnswersOnChange(t *testing.T) {
 		}
 		if took := time.Since(start); took > 10*time.Second {
 			t.Fatalf("wait answered after %s, not when the upload changed", took)
+		}
+	})
+}
+
+// A waiting call does not poll the database while its upload is merged on
+// the same replica: the merge's end wakes it. Here S3's merge is held for
+// a second (ten polls at waitPoll's 100 ms); the call reads the upload's
+// state at most once meanwhile, and still answers success as soon as the
+// merge is recorded.
+func TestWaitStatusDoesNotPollDuringALocalMerge(t *testing.T) {
+	testenv.ForEachDB(t, func(t *testing.T, db *testenv.DB) {
+		var polls atomic.Int64
+		err := db.DB.Callback().Query().After("gorm:query").Register("test:count_state_polls", func(tx *gorm.DB) {
+			if strings.Contains(tx.Statement.SQL.String(), "SELECT `state` FROM `uploads`") {
+				polls.Add(1)
+			}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		const hold = time.Second
+		var during atomic.Int64
+		e := newEnv(t, db, func(c *testConfig) {
+			c.Checksums = true
+			c.Hooks.AfterComplete = func(string) {
+				before := polls.Load()
+				time.Sleep(hold)
+				during.Store(polls.Load() - before)
+			}
+		})
+		ctx := context.Background()
+		c := newClient(t, e, "usr_a")
+		data := randomBytes(1000)
+		res, err := e.svc.Init(ctx, "usr_a", upload.InitRequest{FileName: "w", Size: int64(len(data)), Checksum: "CRC32C"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.sendChecked(res.Upload, data, []int{1})
+		if _, err := e.svc.Complete(ctx, "usr_a", res.Upload.UploadID, upload.CompleteRequest{CRC32C: s3store.CRC32C(data)}); err != nil {
+			t.Fatal(err)
+		}
+		e.run(t, 5*time.Second)
+		start := time.Now()
+		st, err := e.svc.WaitStatus(ctx, "usr_a", res.Upload.UploadID, 20*time.Second)
+		if err != nil || st.State != upload.StateSuccess {
+			t.Fatalf("wait = %+v %v", st, err)
+		}
+		if took := time.Since(start); took < hold || took > hold+5*time.Second {
+			t.Fatalf("wait answered after %s; the merge was held %s", took, hold)
+		}
+		if n := during.Load(); n > 1 {
+			t.Fatalf("the waiting call read the upload's state %d times while this replica merged it, want at most 1", n)
 		}
 	})
 }

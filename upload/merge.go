@@ -48,6 +48,9 @@ func (s *Service) merge(ctx context.Context, j *jobs.Job) error {
 		s.metrics.transition(StateMerging)
 	}
 	log := s.log.With("upload_id", u.ID, "job_id", j.ID, "attempt", j.Attempt)
+	// Clients waiting on this replica for the outcome are woken when the
+	// merge ends, so they stop polling the database meanwhile.
+	defer s.changes.merge(u.ID)()
 
 	reason, obj, err := s.assemble(ctx, &u)
 	if errors.Is(err, errLost) {

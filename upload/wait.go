@@ -17,14 +17,17 @@ import (
 const MaxWait = 60 * time.Second
 
 // waitPoll is how often a waiting call rereads the upload's state, for a
-// merge that runs on another replica; a merge on this one wakes it at once.
+// merge that runs on another replica; a merge on this one wakes it at once,
+// and while it runs the waiting call reads nothing.
 const waitPoll = 100 * time.Millisecond
 
 // notifier wakes waiting calls when an upload leaves pending or merging on
-// this replica. Entries live only while someone waits.
+// this replica, and knows which uploads this replica is merging. Entries
+// live only while someone waits or merges.
 type notifier struct {
 	mu      sync.Mutex
 	waiters map[string]*waiter
+	merging map[string]int // upload id → merges of it running here
 }
 
 type waiter struct {
@@ -32,7 +35,9 @@ type waiter struct {
 	refs int
 }
 
-func newNotifier() *notifier { return &notifier{waiters: map[string]*waiter{}} }
+func newNotifier() *notifier {
+	return &notifier{waiters: map[string]*waiter{}, merging: map[string]int{}}
+}
 
 // wait returns a channel closed at the next done(id), and a release to
 // call when the caller stops waiting.
@@ -57,10 +62,41 @@ func (n *notifier) wait(id string) (<-chan struct{}, func()) {
 func (n *notifier) done(id string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	n.wakeLocked(id)
+}
+
+func (n *notifier) wakeLocked(id string) {
 	if w, ok := n.waiters[id]; ok {
 		close(w.ch)
 		delete(n.waiters, id)
 	}
+}
+
+// merge marks upload id as being merged here until the returned end is
+// called. Its end wakes the waiting calls: a merge that recorded an
+// outcome woke them already, and one that stopped without (an error the
+// runner retries, maybe on another replica) must hand them back to
+// polling.
+func (n *notifier) merge(id string) (end func()) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.merging[id]++
+	return func() {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		if n.merging[id]--; n.merging[id] <= 0 {
+			delete(n.merging, id)
+		}
+		n.wakeLocked(id)
+	}
+}
+
+// mergingHere reports whether this replica is merging upload id: its end
+// will wake the waiting calls, so they need not read the database.
+func (n *notifier) mergingHere(id string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.merging[id] > 0
 }
 
 // settling states change without the client doing anything.
@@ -100,6 +136,10 @@ func (s *Service) WaitStatus(ctx context.Context, userID, id string, wait time.D
 			return s.Status(ctx, userID, id)
 		case <-woke:
 		case <-tick.C:
+			if s.changes.mergingHere(id) {
+				release()
+				continue
+			}
 		}
 		release()
 		var state string
