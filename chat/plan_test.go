@@ -70,12 +70,14 @@ func TestReadPlansUseIndexes(t *testing.T) {
 			where, args := r.bounds(ivs)
 			span := strings.TrimPrefix(where, "m.conversation_id = ? AND ")
 			qs := map[string][]any{
-				readQuery(r) + span + " ORDER BY m.seq": append(readArgs(r), args[1:]...), // ReadSpan
+				readQuery() + span + " ORDER BY m.seq": append([]any{r.Conversation}, args[1:]...), // ReadSpan
 				fmt.Sprintf("SELECT join_gseq, leave_gseq FROM %s WHERE %s = ? AND conversation_id = ? ORDER BY join_gseq", r.Reader.table, r.Reader.column): {r.Reader.key, r.Conversation},
-				scanQuery(db.DB, r, ivs):                              append(args, int64(3)),
-				readQuery(r) + "m.seq BETWEEN ? AND ? ORDER BY m.seq": append(readArgs(r), int64(5), int64(25)),
-				readQuery(r) + "m.seq IN ? ORDER BY m.seq":            append(readArgs(r), []int64{5, 9, 77}),
+				scanQuery(db.DB, r, ivs):                             append(args, int64(3)),
+				readQuery() + "m.seq BETWEEN ? AND ? ORDER BY m.seq": {r.Conversation, int64(5), int64(25)},
+				readQuery() + "m.seq IN ? ORDER BY m.seq":            {r.Conversation, []int64{5, 9, 77}},
 			}
+			rq, rargs := recallQuery(r, 5, 250)
+			qs[rq] = rargs
 			for q, args := range qs {
 				plan, bad := testenv.Explain(t, db, q, args...)
 				t.Logf("%s\n    %s", q, plan)

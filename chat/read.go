@@ -2,7 +2,6 @@ package chat
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"regexp"
 	"sort"
@@ -298,26 +297,14 @@ func ReadMessages(ctx context.Context, db *gorm.DB, r Range) ([]Message, error) 
 	return out, nil
 }
 
-// readQuery is the start of a statement that reads messages of r with
-// their recall state as of r.AsOf; a condition on m.seq follows. The
-// snapshot test is in the select list, not the join: a message has at most
-// one recall, found by primary key, and a range on recall_gseq in the join
-// tempted MariaDB into scanning every recall up to the snapshot.
-func readQuery(r Range) string {
-	recall := "rc.recall_gseq"
-	if r.AsOf > 0 {
-		recall = "CASE WHEN rc.recall_gseq <= ? THEN rc.recall_gseq END"
-	}
-	return "SELECT m.seq, m.gseq, m.sender_id, m.body, m.sent_at, " + recall + " FROM messages m" +
-		" LEFT JOIN recalls rc ON rc.conversation_id = m.conversation_id AND rc.seq = m.seq WHERE m.conversation_id = ? AND "
-}
-
-// readArgs are the arguments of readQuery(r).
-func readArgs(r Range) []any {
-	if r.AsOf > 0 {
-		return []any{r.AsOf, r.Conversation}
-	}
-	return []any{r.Conversation}
+// readQuery is the start of a statement that reads messages of r; a
+// condition on m.seq follows. Recalls are applied after the read (recall),
+// not joined: a join looked up every message in recalls by primary key,
+// which cost the database more than reading the messages themselves
+// (recalls are few), while one range read of the recalls in the span of
+// the messages read costs one statement.
+func readQuery() string {
+	return "SELECT m.seq, m.gseq, m.sender_id, m.body, m.sent_at FROM messages m WHERE m.conversation_id = ? AND "
 }
 
 // readRows reads the messages seqs (ascending) of r.Conversation. Where
@@ -352,8 +339,9 @@ func readRows(ctx context.Context, db *gorm.DB, r Range, seqs []int64) ([]Messag
 // readWhere appends to out the messages of r.Conversation matching cond
 // (on m.seq), in seq order, that keep accepts.
 func readWhere(ctx context.Context, db *gorm.DB, r Range, out []Message, keep func(seq, gseq int64) bool, cond string, condArgs ...any) ([]Message, error) {
-	args := append(readArgs(r), condArgs...)
-	rows, err := db.WithContext(ctx).Raw(readQuery(r)+cond+" ORDER BY m.seq", args...).Rows()
+	from := len(out)
+	args := append([]any{r.Conversation}, condArgs...)
+	rows, err := db.WithContext(ctx).Raw(readQuery()+cond+" ORDER BY m.seq", args...).Rows()
 	if err != nil {
 		return nil, fmt.Errorf("chat: read %s: %w", r.Conversation, err)
 	}
@@ -361,23 +349,58 @@ func readWhere(ctx context.Context, db *gorm.DB, r Range, out []Message, keep fu
 	for rows.Next() {
 		m := Message{Conversation: r.Conversation}
 		var sentAt time.Time
-		var recall sql.NullInt64
-		if err := rows.Scan(&m.Seq, &m.Gseq, &m.Sender, &m.Body, &sentAt, &recall); err != nil {
+		if err := rows.Scan(&m.Seq, &m.Gseq, &m.Sender, &m.Body, &sentAt); err != nil {
 			return nil, fmt.Errorf("chat: read %s: %w", r.Conversation, err)
 		}
 		if !keep(m.Seq, m.Gseq) {
 			continue
 		}
 		m.SentAt = sentAt.UTC()
-		if recall.Valid {
-			m.Recalled, m.Body = true, ""
-		}
 		out = append(out, m)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("chat: read %s: %w", r.Conversation, err)
 	}
-	return out, nil
+	return out, recall(ctx, db, r, out[from:])
+}
+
+// recall applies to msgs (one conversation, seq order, just read) the
+// recalls that count for r: those as of r.AsOf for a snapshot, else all.
+// Read after the messages, a recall is never older than they are: a live
+// read may show a message recalled in between as recalled, never the
+// reverse, and a snapshot's recalls (recall_gseq <= AsOf) no longer change.
+func recall(ctx context.Context, db *gorm.DB, r Range, msgs []Message) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	q, args := recallQuery(r, msgs[0].Seq, msgs[len(msgs)-1].Seq)
+	var recalls []struct{ Seq, RecallGseq int64 }
+	if err := db.WithContext(ctx).Raw(q, args...).Scan(&recalls).Error; err != nil {
+		return fmt.Errorf("chat: recalls of %s: %w", r.Conversation, err)
+	}
+	i := 0
+	for _, rc := range recalls {
+		if r.AsOf > 0 && rc.RecallGseq > r.AsOf {
+			continue // after the snapshot
+		}
+		for i < len(msgs) && msgs[i].Seq < rc.Seq {
+			i++
+		}
+		if i < len(msgs) && msgs[i].Seq == rc.Seq {
+			msgs[i].Recalled, msgs[i].Body = true, ""
+		}
+	}
+	return nil
+}
+
+// recallQuery reads the recalls of r's conversation from seq first to
+// last, with their gseq. The snapshot's bound is applied by the caller: a
+// condition on recall_gseq tempted MariaDB into a range over every recall
+// up to the snapshot, by its index on recall_gseq, instead of the few in
+// the span by primary key.
+func recallQuery(r Range, first, last int64) (string, []any) {
+	return "SELECT seq, recall_gseq FROM recalls WHERE conversation_id = ? AND seq BETWEEN ? AND ? ORDER BY seq",
+		[]any{r.Conversation, first, last}
 }
 
 // ReadSpan returns the same messages as ReadMessages for a range bounded
