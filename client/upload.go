@@ -532,53 +532,71 @@ func (u *uploader) abort(ctx context.Context) {
 // URLs that expire before their turn are signed again one by one.
 const presignWindow = 128
 
-// dispatch presigns ready parts in batches (as many as are ready, up to
-// presignWindow) and hands them to Concurrency senders, each part giving
-// its place in ahead back as a sender takes it.
+// dispatch presigns ready parts in batches and hands them to Concurrency
+// senders, each part giving its place in ahead back as a sender takes it.
+// It signs only when no signed part is left for a sender, and then every
+// part the read has finished meanwhile (up to presignWindow), so batches
+// grow while the senders are busy instead of one call per part read. The
+// first batch waits for Concurrency parts: at the start the checksum read
+// is slower than a presign call (the PUTs it feeds share its cores), and
+// signing each part as it was read cost seven calls for the first seven
+// parts of a GiB.
 func (u *uploader) dispatch(ctx context.Context, ready <-chan part, ahead <-chan struct{}, m *meter) error {
 	g, ctx := errgroup.WithContext(ctx)
 	work := make(chan part)
 	g.Go(func() error {
 		defer close(work)
+		var signed, pending []part
+		want := u.opts.Concurrency // parts the next batch waits for
 		for {
-			var batch []part
+			if len(signed) == 0 {
+				for len(pending) < want && ready != nil {
+					select {
+					case p, ok := <-ready:
+						if !ok {
+							ready = nil
+							break
+						}
+						pending = append(pending, p)
+					case <-ctx.Done():
+						return ctx.Err()
+					}
+				}
+				pending = drain(ready, pending)
+				if len(pending) == 0 {
+					return nil // the read is done, and every part handed out
+				}
+				batch := pending[:min(len(pending), presignWindow)]
+				nums := make([]int, len(batch))
+				for i, p := range batch {
+					nums[i] = p.n
+				}
+				urls, err := u.presign(ctx, nums)
+				if err != nil {
+					return err
+				}
+				for _, p := range batch {
+					p.url = urls[p.n]
+					signed = append(signed, p)
+				}
+				pending = pending[len(batch):]
+				want = 1
+				continue
+			}
+			// A signed part waits for a sender; meanwhile the parts the read
+			// finishes join the next batch.
 			select {
+			case work <- signed[0]:
+				signed = signed[1:]
+				<-ahead
 			case p, ok := <-ready:
 				if !ok {
-					return nil
+					ready = nil // a nil channel's case never runs
+					continue
 				}
-				batch = append(batch, p)
+				pending = append(pending, p)
 			case <-ctx.Done():
 				return ctx.Err()
-			}
-		more:
-			for len(batch) < presignWindow {
-				select {
-				case p, ok := <-ready:
-					if !ok {
-						break more
-					}
-					batch = append(batch, p)
-				default:
-					break more
-				}
-			}
-			nums := make([]int, len(batch))
-			for i, p := range batch {
-				nums[i] = p.n
-			}
-			urls, err := u.presign(ctx, nums)
-			if err != nil {
-				return err
-			}
-			for _, p := range batch {
-				p.url = urls[p.n]
-				select {
-				case work <- p:
-					<-ahead
-				case <-ctx.Done():
-					return ctx.Err()
-				}
 			}
 		}
 	})
@@ -593,6 +611,23 @@ func (u *uploader) dispatch(ctx context.Context, ready <-chan part, ahead <-chan
 		})
 	}
 	return g.Wait()
+}
+
+// drain appends to pending the parts ready holds now, without waiting, up
+// to presignWindow in all; ready may be nil (the read is done).
+func drain(ready <-chan part, pending []part) []part {
+	for ready != nil && len(pending) < presignWindow {
+		select {
+		case p, ok := <-ready:
+			if !ok {
+				return pending
+			}
+			pending = append(pending, p)
+		default:
+			return pending
+		}
+	}
+	return pending
 }
 
 // presign asks for the URLs of parts nums with one API call, each URL

@@ -15,10 +15,12 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
@@ -311,6 +313,73 @@ func TestUploadSurvivesServerKill(t *testing.T) {
 			t.Fatalf("download_url = %q", list.Files[0].DownloadURL)
 		}
 	})
+}
+
+// The Go client signs part URLs in batches, not one call per part read:
+// the first batch once it has read as many parts as it sends at once, the
+// later ones with every part it read while the senders were busy.
+func TestClientSignsPartsInBatches(t *testing.T) {
+	f := Start(t, Options{})
+	_, alice := f.CreateUser("alice", false)
+	const parts, concurrency = 16, 4
+	data := make([]byte, parts*5*mib)
+	rand.Read(data)
+	rec := &presignRecorder{rt: f.HTTP.Transport}
+	c := client.New(f.URL, alice, client.WithHTTPClient(&http.Client{Timeout: 60 * time.Second, Transport: rec}))
+	res, err := c.Upload(context.Background(), bytes.NewReader(data), int64(len(data)),
+		client.UploadOptions{Name: "batches.bin", PartSize: 5 * mib, Concurrency: concurrency})
+	if err != nil || res.PartsSent != parts {
+		t.Fatalf("upload = %+v, %v; want %d parts sent", res, err, parts)
+	}
+	batches := rec.batches()
+	signed := 0
+	for _, b := range batches {
+		signed += len(b)
+	}
+	if len(batches) == 0 || len(batches[0]) != concurrency || signed != parts {
+		t.Fatalf("presign batches %v: want the first of %d parts and each of the %d parts signed once", batches, concurrency, parts)
+	}
+	if len(batches) > parts/2 {
+		t.Fatalf("%d presign calls for %d parts (%v): the client signs parts one by one", len(batches), parts, batches)
+	}
+	if v := f.waitVerified(alice, res.UploadID); v.SHA256 != fmt.Sprintf("%x", sha256.Sum256(data)) {
+		t.Fatalf("ferry verified %s, not the file", v.SHA256)
+	}
+}
+
+// presignRecorder records the part numbers of each presign call a client
+// makes through it.
+type presignRecorder struct {
+	rt    http.RoundTripper
+	mu    sync.Mutex
+	calls [][]int
+}
+
+func (r *presignRecorder) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Method == http.MethodPost && strings.HasSuffix(req.URL.Path, "/presign") && req.Body != nil {
+		body, err := io.ReadAll(req.Body)
+		req.Body.Close()
+		if err != nil {
+			return nil, err
+		}
+		req.Body = io.NopCloser(bytes.NewReader(body))
+		var b struct {
+			PartNumbers []int `json:"part_numbers"`
+		}
+		if err := json.Unmarshal(body, &b); err != nil {
+			return nil, err
+		}
+		r.mu.Lock()
+		r.calls = append(r.calls, b.PartNumbers)
+		r.mu.Unlock()
+	}
+	return r.rt.RoundTrip(req)
+}
+
+func (r *presignRecorder) batches() [][]int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.calls)
 }
 
 // The Go client hashes a file only when ferry says it may hold the
