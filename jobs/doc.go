@@ -19,6 +19,8 @@
 //     with the last error recorded.
 //   - Enqueue wakes local runners at once; every runner also polls, so work
 //     enqueued by another replica is picked up within the poll interval.
+//     The poll is one query for all the runner's kinds, which wakes the
+//     kinds that have work due; only those then try to claim.
 //
 // Handlers must be idempotent: a job may run more than once when a worker
 // dies after doing the work but before recording it. Handlers that commit

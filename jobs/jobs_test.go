@@ -16,6 +16,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"gorm.io/gorm"
 
 	"github.com/ferry-io/ferry/internal/testenv"
 	"github.com/ferry-io/ferry/models"
@@ -505,6 +506,52 @@ func TestFinishedJobsArePruned(t *testing.T) {
 		}
 		if n := testutil.ToFloat64(r.metrics.pruned.WithLabelValues("jobs")); n != 4 {
 			t.Fatalf("ferry_rows_pruned_total{table=jobs} = %v, want 4", n)
+		}
+	})
+}
+
+// An idle runner asks the database once per poll interval, whatever the
+// number of kinds it runs, and that poll still finds work no Wake
+// announced: a job another replica enqueued.
+func TestIdleRunnerPollsOnceForAllKinds(t *testing.T) {
+	testenv.ForEachDB(t, func(t *testing.T, db *testenv.DB) {
+		var queries atomic.Int64
+		if err := db.Callback().Query().After("gorm:query").Register("test:count_jobs_queries", func(tx *gorm.DB) {
+			if tx.Statement.Table == "jobs" {
+				queries.Add(1)
+			}
+		}); err != nil {
+			t.Fatal(err)
+		}
+		q := testenv.Must(NewQueue(QueueConfig{DB: db.DB, Now: time.Now}))
+		const poll, kinds = 50 * time.Millisecond, 12
+		r := NewRunner(q, RunnerConfig{Lease: 10 * time.Second, Poll: poll, Owner: "idle", Log: testenv.Logger(t)})
+		var ran atomic.Int32
+		for i := range kinds {
+			r.Handle(fmt.Sprintf("kind-%d", i), func(context.Context, *Job) error { ran.Add(1); return nil }, Options{})
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		stopped := make(chan struct{})
+		go func() { r.Run(ctx, time.Second); close(stopped) }()
+		defer func() { cancel(); <-stopped }()
+
+		const idle = time.Second
+		time.Sleep(idle)
+		n := queries.Load()
+		t.Logf("%d kinds, idle %s with a %s poll: %d queries of the jobs table", kinds, idle, poll, n)
+		if polls := int64(idle/poll) + 2; n > polls {
+			t.Fatalf("idle runner made %d queries in %s; one per %s poll is at most %d (a query per kind would be about %d)",
+				n, idle, poll, polls, polls*kinds)
+		}
+
+		// Another replica's queue: its Enqueue wakes nothing here.
+		other := testenv.Must(NewQueue(QueueConfig{DB: db.DB, Now: time.Now}))
+		if _, err := other.Enqueue(context.Background(), nil, Spec{Kind: "kind-7", Key: "elsewhere"}); err != nil {
+			t.Fatal(err)
+		}
+		waitState(t, q, "kind-7", "elsewhere", StateDone, 5*time.Second)
+		if ran.Load() != 1 {
+			t.Fatalf("handlers ran %d times, want 1", ran.Load())
 		}
 	})
 }

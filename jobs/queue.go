@@ -198,7 +198,7 @@ func (q *Queue) Retry(ctx context.Context, kind, key string) (bool, error) {
 // was read with, so of several racing workers exactly one wins each job.
 func (q *Queue) claim(ctx context.Context, kind, owner string, n int, lease time.Duration) ([]*Job, error) {
 	now := models.Time(q.now())
-	due := "kind = ? AND ((state = ? AND run_at <= ?) OR (state = ? AND lease_until < ?))"
+	due := "kind = ? AND " + dueWhere
 	args := []any{kind, StateQueued, now, StateRunning, now}
 
 	var cands []struct {
@@ -239,6 +239,24 @@ func (q *Queue) claim(ctx context.Context, kind, owner string, n int, lease time
 			ID: row.ID, Kind: row.Kind, Key: row.BusinessKey, Payload: []byte(row.Payload),
 			Attempt: row.Attempts, MaxAttempts: row.MaxAttempts, OutageWaits: row.OutageWaits, fence: row.Fence, q: q,
 		})
+	}
+	return out, nil
+}
+
+// dueWhere is the condition of a due job; its arguments are StateQueued,
+// now, StateRunning, now.
+const dueWhere = "((state = ? AND run_at <= ?) OR (state = ? AND lease_until < ?))"
+
+// dueKinds returns which of kinds have a job due, in one query whatever
+// their number: what an idle runner asks the database each poll.
+func (q *Queue) dueKinds(ctx context.Context, kinds []string) ([]string, error) {
+	now := models.Time(q.now())
+	var out []string
+	err := q.db.WithContext(ctx).Model(&models.Job{}).Distinct("kind").
+		Where("kind IN ? AND "+dueWhere, kinds, StateQueued, now, StateRunning, now).
+		Pluck("kind", &out).Error
+	if err != nil {
+		return nil, fmt.Errorf("jobs: poll: %w", err)
 	}
 	return out, nil
 }

@@ -206,6 +206,11 @@ func (r *Runner) Run(ctx context.Context, drain time.Duration) {
 	defer stopWork(nil)
 
 	var loops sync.WaitGroup
+	loops.Add(1)
+	go func() {
+		defer loops.Done()
+		r.watch(ctx)
+	}()
 	for _, reg := range r.kinds {
 		loops.Add(1)
 		go func() {
@@ -243,35 +248,70 @@ func (r *Runner) running() int {
 	return len(r.inflight)
 }
 
-// loop claims jobs of one kind whenever a slot is free and work is due.
-func (r *Runner) loop(ctx, work context.Context, reg *registration) {
-	wake := r.q.wakeChan(reg.kind)
+// watch is the runner's fallback for work that no Wake announced: jobs
+// enqueued by another replica, retries whose time has come, leases that
+// lapsed. Every poll interval, from the start, it asks which kinds have
+// a job due and wakes their loops. One query for all kinds: with a loop
+// polling for each, an idle replica asked the database a dozen times
+// per interval, a steady cost on every replica and in every request's
+// latency on SQLite.
+func (r *Runner) watch(ctx context.Context) {
+	kinds := make([]string, len(r.kinds))
+	for i, reg := range r.kinds {
+		kinds[i] = reg.kind
+	}
+	if len(kinds) == 0 {
+		return
+	}
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-wake:
 		case <-timer.C:
 		}
-		free := cap(reg.slots) - len(reg.slots)
-		if free > 0 {
-			jobs, err := r.q.claim(ctx, reg.kind, r.owner, free, r.lease)
-			if err != nil && ctx.Err() == nil {
-				r.log.Error("jobs claim failed", "kind", reg.kind, "err", err)
-			}
-			for _, j := range jobs {
-				reg.slots <- struct{}{}
-				r.start(work, reg, j)
-			}
-			if len(jobs) == free {
-				// There may be more: look again as soon as a slot frees.
-				timer.Reset(10 * time.Millisecond)
-				continue
-			}
+		due, err := r.q.dueKinds(ctx, kinds)
+		if err != nil && ctx.Err() == nil {
+			r.log.Error("jobs poll failed", "err", err)
+		}
+		for _, kind := range due {
+			r.q.Wake(kind)
 		}
 		timer.Reset(r.poll)
+	}
+}
+
+// loop claims jobs of one kind whenever it is woken (by Enqueue, a freed
+// slot or watch) and a slot is free.
+func (r *Runner) loop(ctx, work context.Context, reg *registration) {
+	wake := r.q.wakeChan(reg.kind)
+	more := time.NewTimer(0)
+	more.Stop()
+	defer more.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-wake:
+		case <-more.C:
+		}
+		free := cap(reg.slots) - len(reg.slots)
+		if free == 0 {
+			continue // the slot that frees wakes the loop
+		}
+		jobs, err := r.q.claim(ctx, reg.kind, r.owner, free, r.lease)
+		if err != nil && ctx.Err() == nil {
+			r.log.Error("jobs claim failed", "kind", reg.kind, "err", err)
+		}
+		for _, j := range jobs {
+			reg.slots <- struct{}{}
+			r.start(work, reg, j)
+		}
+		if len(jobs) == free {
+			// There may be more: look again as soon as a slot frees.
+			more.Reset(10 * time.Millisecond)
+		}
 	}
 }
 
