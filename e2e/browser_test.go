@@ -535,7 +535,9 @@ func TestBrowserSDKBehaviours(t *testing.T) {
 // declares a SHA-256 (not at init, not mid-transfer, not at complete, which
 // carries S3's whole-file CRC32C alone), so the second is not instant and
 // sends all 3 parts again; ferry computes both SHA-256s from the stored
-// bytes, and they are the file's.
+// bytes, and they are the file's. Nor does the SDK report finished parts
+// to ferry (PUT /uploads/{id}/parts/{n}): a request per part that resume
+// and complete do not need.
 func TestBrowserSDKSkipHash(t *testing.T) {
 	f, tok, path, sum := browserSetup(t, nil, "no-instant.bin", 20*mib+7)
 	var res struct {
@@ -571,7 +573,7 @@ func TestBrowserSDKSkipHash(t *testing.T) {
 			}
 		}
 		if !slices.Equal(paths, []string{"/uploads", "/uploads/{id}/complete"}) {
-			t.Fatalf("upload %d: POSTs %v, want only init and complete (no SHA-256 declared)", i+1, paths)
+			t.Fatalf("upload %d: calls %v, want only init and complete (no SHA-256 declared, no part reported)", i+1, paths)
 		}
 		if got := waitUpload(t, f, tok, u.UploadID); got.SHA256 != sum || got.SHA256Verified == nil || !*got.SHA256Verified {
 			t.Fatalf("upload %d: ferry recorded sha256 %s (verified %v), the file is %s", i+1, got.SHA256, got.SHA256Verified, sum)

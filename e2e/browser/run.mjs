@@ -444,16 +444,23 @@ const scenarios = {
   // The SDK's skipHash: the same file uploaded twice from ferry's page
   // with the SHA-256 left to ferry. Neither upload declares a SHA-256 (at
   // init, mid-transfer or at complete), so the second cannot be instant and
-  // sends every part again; each completes with S3's CRC32C alone.
+  // sends every part again; each completes with S3's CRC32C alone. The
+  // calls also list part reports (PUT /uploads/{id}/parts/{n}), which the
+  // SDK does not make.
   async 'sdk-skip-hash'({ page }) {
     await signIn(page)
     const puts = countPuts(page)
     const calls = []
     page.on('request', (r) => {
-      if (!r.url().startsWith(cfg.url) || r.method() !== 'POST') return
+      if (!r.url().startsWith(cfg.url)) return
       const path = new URL(r.url()).pathname
-      if (!/^\/uploads(\/[^/]+\/(sha256|complete))?$/.test(path)) return
-      calls.push({ path: path.replace(/^\/uploads\/[^/]+\//, '/uploads/{id}/'), body: JSON.parse(r.postData() || '{}') })
+      const call = r.method() === 'POST' && /^\/uploads(\/[^/]+\/(sha256|complete))?$/.test(path)
+      const report = r.method() === 'PUT' && /^\/uploads\/[^/]+\/parts\/\d+$/.test(path)
+      if (!call && !report) return
+      calls.push({
+        path: (report ? 'PUT ' : '') + path.replace(/^\/uploads\/[^/]+\//, '/uploads/{id}/'),
+        body: JSON.parse(r.postData() || '{}'),
+      })
     })
     await page.evaluate(() => document.body.append(Object.assign(document.createElement('input'), { type: 'file', id: 'f' })))
     const out = []
