@@ -90,9 +90,10 @@ type result struct {
 	// VerifySeconds the background verify job that reads the object back
 	// through SHA-256 after success. SentToSuccess runs from the moment
 	// S3 answered the CLI's last part PUT (its progress counts a part when
-	// S3 has it) to the moment it
-	// printed its success; ServerSuccess from that same moment to the
-	// moment ferry answered the bench's own long poll with success.
+	// S3 has it) to the moment it exited after printing its success;
+	// ServerSuccess from that same moment to its success line, read as it
+	// arrived: ferry answers the CLI's long poll at the moment it records
+	// success.
 	MergeSeconds, VerifySeconds  float64
 	SentToSuccess, ServerSuccess float64
 	// ControlCPU is ferry serve's CPU from the start until the upload was
@@ -387,11 +388,15 @@ type ferryUploadResult struct {
 //   - sha256: after success, until the background verify job has read the
 //     object back and recorded its SHA-256 (the bench polls the file).
 //
-// To split ferry serve's CPU between the control plane and the verify
-// job at the server's own moment of success (a client that polls slowly
-// sees it late), the bench takes the upload's id from the CLI's progress
-// lines and long-polls it (GET /uploads/{id}?wait=30s) from the last part
-// sent on.
+// ferry serve's CPU is split between the control plane and the verify
+// job at the CLI's success line, read as it arrives: the CLI long-polls
+// the upload (GET /uploads/{id}?wait=30s), which ferry answers at the
+// moment it records success. The bench asks ferry nothing itself until
+// then, so the control plane's figure is the client's requests and the
+// merge alone. (It used to long-poll the upload too, from the last part
+// sent on; until complete that request answers at once, with S3's
+// ListParts, so it went again every 20 ms and its ListParts calls were
+// counted as the control plane's.)
 func (b *bench) ferryUpload(ctx context.Context) (ferryUploadResult, error) {
 	out := ferryUploadResult{result: result{Case: caseFerryUpload}}
 	w, err := b.begin(ctx, b.ferry, b.ferryURL+"/metrics")
@@ -400,13 +405,9 @@ func (b *bench) ferryUpload(ctx context.Context) (ferryUploadResult, error) {
 	}
 	calls := b.apiCalls.Load()
 	var (
-		transfer, sent mark // the first "upload" progress line; every byte sent
-		markErr        error
-		found          = make(chan string, 1) // the upload's id, or "" if the bench cannot find it
-		watched        = make(chan watchResult, 1)
+		transfer, sent, success mark // the first "upload" progress line; every byte sent; the result line
+		markErr                 error
 	)
-	wctx, cancel := context.WithTimeout(ctx, 30*time.Minute)
-	defer cancel()
 	note := func(m *mark, pid int) {
 		var err error
 		if *m, err = w.markNow(pid); markErr == nil {
@@ -414,47 +415,33 @@ func (b *bench) ferryUpload(ctx context.Context) (ferryUploadResult, error) {
 		}
 	}
 	ps, done, err := b.runCLI(ctx, func(ev cliEvent, pid int) {
+		if ev.Event == "done" && success.at.IsZero() {
+			note(&success, pid)
+			return
+		}
 		if ev.Event != "progress" || ev.Phase != "upload" {
 			return
 		}
 		if transfer.at.IsZero() {
 			note(&transfer, pid)
-			found <- ev.UploadID
 		}
 		if ev.Total > 0 && ev.Done == ev.Total && sent.at.IsZero() {
 			note(&sent, pid)
-			go func() { watched <- b.watchSuccess(wctx, w, <-found, pid) }()
 		}
 	}, "upload", "--json", "--concurrency", strconv.Itoa(b.o.concurrency), b.file)
 	cliDone := time.Now()
-	if err == nil && markErr == nil && (transfer.at.IsZero() || sent.at.IsZero()) {
-		err = errors.New("ferry upload sent no bytes (instant upload?)")
+	if err == nil && markErr == nil && (transfer.at.IsZero() || sent.at.IsZero() || success.at.IsZero()) {
+		err = errors.New("ferry upload sent no bytes (instant upload?) or printed no result")
 	}
 	if err == nil {
 		err = markErr
 	}
 	if err != nil {
-		cancel()
 		w.end(ctx, caseFerryUpload, b.o.size)
 		return out, err
 	}
 	if done.SHA256 != "" && done.SHA256 != b.sum {
 		return out, fmt.Errorf("ferry reports sha256 %s, the file has %s", done.SHA256, b.sum)
-	}
-	success := <-watched
-	if success.err != nil {
-		return out, success.err
-	}
-	if success.mark.at.IsZero() {
-		// A CLI whose progress lines name no upload: its own success
-		// line is the moment.
-		if success.mark, err = w.markServer(cliDone); err != nil {
-			return out, err
-		}
-		success.mark.client.CPU = -1 // the CLI's, at its exit: all of it
-	}
-	if success.mark.client.CPU < 0 || success.mark.at.After(cliDone) {
-		success.mark.client.CPU = cpuOf(ps) // the CLI had exited
 	}
 	verified, err := b.waitVerified(ctx, w, done.FileID)
 	if err != nil {
@@ -468,9 +455,9 @@ func (b *bench) ferryUpload(ctx context.Context) (ferryUploadResult, error) {
 	// the upload was success; the verify job after it is measured apart
 	// (the "sha256" phase).
 	r.Wall = cliDone.Sub(w.t0)
-	d := success.mark.server.sub(w.srv0)
+	d := success.server.sub(w.srv0)
 	r.ServerCPU, r.ServerSys, r.ServerRead = d.CPU, d.Sys, d.RChar
-	r.S3CPU = success.mark.s3.CPU - w.s30.CPU
+	r.S3CPU = success.s3.CPU - w.s30.CPU
 	out.result = r
 	out.fileID, out.uploadID = done.FileID, done.UploadID
 	out.ClientCPU = cpuOf(ps)
@@ -478,11 +465,8 @@ func (b *bench) ferryUpload(ctx context.Context) (ferryUploadResult, error) {
 	out.MetricBytes, out.MetricName = m1.delta(w.m0, "ferry_upload_verify_bytes_total"), "ferry_upload_verify_bytes_total"
 	out.MergeSeconds = m1.delta(w.m0, "ferry_upload_merge_duration_seconds_sum")
 	out.VerifySeconds = m1.delta(w.m0, "ferry_upload_verify_duration_seconds_sum")
-	out.Checksum = success.checksum
-	if out.Checksum == "" {
-		// Not found while it ran (on a fast link the client declares its
-		// SHA-256 only at complete): ask the upload itself, after the
-		// measured window.
+	{
+		// Asked after the measured window.
 		var st struct {
 			Checksum string `json:"checksum_algorithm"`
 		}
@@ -492,19 +476,12 @@ func (b *bench) ferryUpload(ctx context.Context) (ferryUploadResult, error) {
 		out.Checksum = st.Checksum
 	}
 	out.SentToSuccess = cliDone.Sub(sent.at).Seconds()
-	out.ServerSuccess = success.mark.at.Sub(sent.at).Seconds()
-	out.ControlCPU, out.BackgroundCPU = d.CPU, verified.server.CPU-success.mark.server.CPU
+	out.ServerSuccess = success.at.Sub(sent.at).Seconds()
+	out.ControlCPU, out.BackgroundCPU = d.CPU, verified.server.CPU-success.server.CPU
 	verified.client.CPU = cpuOf(ps)
 	out.Phases = phasesBetween([]string{"setup", "transfer", "finish", "sha256"},
-		[]mark{w.startMark(), transfer, sent, success.mark, verified})
+		[]mark{w.startMark(), transfer, sent, success, verified})
 	return out, nil
-}
-
-// watchResult is the server's moment of success, or why there is none.
-type watchResult struct {
-	mark     mark
-	checksum string // the upload's checksum_algorithm
-	err      error
 }
 
 // ferryUploadInstant runs `ferry upload` of the file ferry holds already:
@@ -538,47 +515,6 @@ func (b *bench) ferryUploadInstant(ctx context.Context) (result, string, error) 
 	r.S3CPU = atExit.s3.CPU - w.s30.CPU
 	r.ClientCPU = cpuOf(ps)
 	return r, done.FileID, err
-}
-
-// watchSuccess long-polls upload id until it leaves uploading, pending
-// and merging, and marks the counters at once when it is success (the
-// CLI's CPU as -1 when it has exited already). An empty id gives an
-// empty mark.
-func (b *bench) watchSuccess(ctx context.Context, w *window, id string, cliPID int) watchResult {
-	if id == "" {
-		return watchResult{}
-	}
-	for {
-		var st struct {
-			State    string `json:"state"`
-			Error    string `json:"error"`
-			Checksum string `json:"checksum_algorithm"`
-		}
-		if err := b.api(ctx, http.MethodGet, "/uploads/"+id+"?wait=30s", &st); err != nil {
-			return watchResult{err: fmt.Errorf("watching upload %s: %w", id, err)}
-		}
-		switch st.State {
-		case "success":
-			m, err := w.markServer(time.Now())
-			if err != nil {
-				return watchResult{err: err}
-			}
-			if m.client, err = readUsage(cliPID); err != nil {
-				m.client.CPU = -1
-			}
-			return watchResult{mark: m, checksum: st.Checksum}
-		case "uploading":
-			// complete not called yet; the long poll answers at once.
-			select {
-			case <-time.After(20 * time.Millisecond):
-			case <-ctx.Done():
-				return watchResult{err: ctx.Err()}
-			}
-		case "pending", "merging":
-		default:
-			return watchResult{err: fmt.Errorf("upload %s ended %s: %s", id, st.State, st.Error)}
-		}
-	}
 }
 
 // waitVerified polls the file every 100 ms until ferry has recorded the

@@ -26,10 +26,11 @@
 // so the S3 server's CPU is not counted as ferry's.
 //
 // For each case it records the wall time, the throughput, and the API
-// server's CPU seconds (utime+stime from /proc/<pid>/stat) and bytes read
-// (rchar from /proc/<pid>/io) per GiB, plus the server's own Prometheus
-// counters, and the client's and VersityGW's CPU. The ferry CLI's runs are
-// split at its first part PUT, at the last part PUT answered, at the server's
+// server's CPU seconds (its threads' time from /proc/<pid>/task/*/schedstat,
+// in nanoseconds) and bytes read (rchar from /proc/<pid>/io) per GiB, plus
+// the server's own Prometheus counters, and the client's and VersityGW's
+// CPU. The ferry CLI's runs are split at its first part PUT, at the last
+// part PUT answered, at its success line, which comes when ferry records
 // success (S3's CompleteMultipartUpload, timed in the raw SDK runs, is the
 // yardstick for that wait) and at the end of the background SHA-256, so
 // the control plane's CPU is told apart from the verify job's.
