@@ -536,18 +536,22 @@ const presignWindow = 128
 // senders, each part giving its place in ahead back as a sender takes it.
 // It signs only when no signed part is left for a sender, and then every
 // part the read has finished meanwhile (up to presignWindow), so batches
-// grow while the senders are busy instead of one call per part read. The
-// first batch waits for Concurrency parts: at the start the checksum read
-// is slower than a presign call (the PUTs it feeds share its cores), and
-// signing each part as it was read cost seven calls for the first seven
-// parts of a GiB.
+// grow while the senders are busy instead of one call per part read.
+// Each batch waits for Concurrency parts, or for the end of the read:
+// where the checksum read is slower than the PUTs (at the start, where
+// they share its cores, or on a fast link) no part piles up while the
+// senders work, and signing what was there cost a call per part read
+// (seven for the first seven parts of a GiB). The senders lose nothing
+// by the wait: they would be waiting for the read anyway.
 func (u *uploader) dispatch(ctx context.Context, ready <-chan part, ahead <-chan struct{}, m *meter) error {
 	g, ctx := errgroup.WithContext(ctx)
 	work := make(chan part)
 	g.Go(func() error {
 		defer close(work)
 		var signed, pending []part
-		want := u.opts.Concurrency // parts the next batch waits for
+		// Parts each batch waits for; never more than ahead lets the
+		// read hold, or the wait would never end.
+		want := min(u.opts.Concurrency, cap(ahead))
 		for {
 			if len(signed) == 0 {
 				for len(pending) < want && ready != nil {
@@ -580,7 +584,6 @@ func (u *uploader) dispatch(ctx context.Context, ready <-chan part, ahead <-chan
 					signed = append(signed, p)
 				}
 				pending = pending[len(batch):]
-				want = 1
 				continue
 			}
 			// A signed part waits for a sender; meanwhile the parts the read

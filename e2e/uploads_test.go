@@ -316,8 +316,10 @@ func TestUploadSurvivesServerKill(t *testing.T) {
 }
 
 // The Go client signs part URLs in batches, not one call per part read:
-// the first batch once it has read as many parts as it sends at once, the
-// later ones with every part it read while the senders were busy.
+// each batch once it has read as many parts as it sends at once, with
+// every part it read meanwhile. The read here is slower than the PUTs
+// (30 ms a part, as a slow disk or a busy core makes it), where signing
+// what had been read when a sender was free made a call per part.
 func TestClientSignsPartsInBatches(t *testing.T) {
 	f := Start(t, Options{})
 	_, alice := f.CreateUser("alice", false)
@@ -326,7 +328,8 @@ func TestClientSignsPartsInBatches(t *testing.T) {
 	rand.Read(data)
 	rec := &presignRecorder{rt: f.HTTP.Transport}
 	c := client.New(f.URL, alice, client.WithHTTPClient(&http.Client{Timeout: 60 * time.Second, Transport: rec}))
-	res, err := c.Upload(context.Background(), bytes.NewReader(data), int64(len(data)),
+	src := &slowFirstRead{r: bytes.NewReader(data), pause: 30 * time.Millisecond, seen: map[int64]bool{}}
+	res, err := c.Upload(context.Background(), src, int64(len(data)),
 		client.UploadOptions{Name: "batches.bin", PartSize: 5 * mib, Concurrency: concurrency})
 	if err != nil || res.PartsSent != parts {
 		t.Fatalf("upload = %+v, %v; want %d parts sent", res, err, parts)
@@ -345,6 +348,26 @@ func TestClientSignsPartsInBatches(t *testing.T) {
 	if v := f.waitVerified(alice, res.UploadID); v.SHA256 != fmt.Sprintf("%x", sha256.Sum256(data)) {
 		t.Fatalf("ferry verified %s, not the file", v.SHA256)
 	}
+}
+
+// slowFirstRead pauses the first read at each offset: the client's
+// checksum read, not the senders' reads of the same parts after it.
+type slowFirstRead struct {
+	r     io.ReaderAt
+	pause time.Duration
+	mu    sync.Mutex
+	seen  map[int64]bool
+}
+
+func (s *slowFirstRead) ReadAt(p []byte, off int64) (int, error) {
+	s.mu.Lock()
+	first := !s.seen[off]
+	s.seen[off] = true
+	s.mu.Unlock()
+	if first {
+		time.Sleep(s.pause)
+	}
+	return s.r.ReadAt(p, off)
 }
 
 // presignRecorder records the part numbers of each presign call a client
