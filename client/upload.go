@@ -548,42 +548,24 @@ func (u *uploader) dispatch(ctx context.Context, ready <-chan part, ahead <-chan
 	work := make(chan part)
 	g.Go(func() error {
 		defer close(work)
-		var signed, pending []part
+		read := readParts{ch: ready}
 		// Parts each batch waits for; never more than ahead lets the
 		// read hold, or the wait would never end.
 		want := min(u.opts.Concurrency, cap(ahead))
+		var signed []part
 		for {
 			if len(signed) == 0 {
-				for len(pending) < want && ready != nil {
-					select {
-					case p, ok := <-ready:
-						if !ok {
-							ready = nil
-							break
-						}
-						pending = append(pending, p)
-					case <-ctx.Done():
-						return ctx.Err()
-					}
-				}
-				pending = drain(ready, pending)
-				if len(pending) == 0 {
-					return nil // the read is done, and every part handed out
-				}
-				batch := pending[:min(len(pending), presignWindow)]
-				nums := make([]int, len(batch))
-				for i, p := range batch {
-					nums[i] = p.n
-				}
-				urls, err := u.presign(ctx, nums)
-				if err != nil {
+				if err := read.await(ctx, want); err != nil {
 					return err
 				}
-				for _, p := range batch {
-					p.url = urls[p.n]
-					signed = append(signed, p)
+				batch := read.take()
+				if len(batch) == 0 {
+					return nil // the read is done, and every part handed out
 				}
-				pending = pending[len(batch):]
+				var err error
+				if signed, err = u.sign(ctx, batch); err != nil {
+					return err
+				}
 				continue
 			}
 			// A signed part waits for a sender; meanwhile the parts the read
@@ -592,12 +574,8 @@ func (u *uploader) dispatch(ctx context.Context, ready <-chan part, ahead <-chan
 			case work <- signed[0]:
 				signed = signed[1:]
 				<-ahead
-			case p, ok := <-ready:
-				if !ok {
-					ready = nil // a nil channel's case never runs
-					continue
-				}
-				pending = append(pending, p)
+			case p, ok := <-read.ch:
+				read.add(p, ok)
 			case <-ctx.Done():
 				return ctx.Err()
 			}
@@ -616,21 +594,69 @@ func (u *uploader) dispatch(ctx context.Context, ready <-chan part, ahead <-chan
 	return g.Wait()
 }
 
-// drain appends to pending the parts ready holds now, without waiting, up
-// to presignWindow in all; ready may be nil (the read is done).
-func drain(ready <-chan part, pending []part) []part {
-	for ready != nil && len(pending) < presignWindow {
+// readParts holds the parts the read has finished and that wait to be
+// signed.
+type readParts struct {
+	ch      <-chan part // the read's parts; nil once it has ended
+	pending []part
+}
+
+// add keeps p, or notes the end of the read when the channel is closed
+// (ok false); a nil channel's case in a select never runs.
+func (r *readParts) add(p part, ok bool) {
+	if !ok {
+		r.ch = nil
+		return
+	}
+	r.pending = append(r.pending, p)
+}
+
+// await waits until want parts are pending or the read has ended, then
+// takes without waiting whatever else the read has finished, up to
+// presignWindow in all.
+func (r *readParts) await(ctx context.Context, want int) error {
+	for len(r.pending) < want && r.ch != nil {
 		select {
-		case p, ok := <-ready:
-			if !ok {
-				return pending
-			}
-			pending = append(pending, p)
-		default:
-			return pending
+		case p, ok := <-r.ch:
+			r.add(p, ok)
+		case <-ctx.Done():
+			return ctx.Err()
 		}
 	}
-	return pending
+	for r.ch != nil && len(r.pending) < presignWindow {
+		select {
+		case p, ok := <-r.ch:
+			r.add(p, ok)
+		default:
+			return nil
+		}
+	}
+	return nil
+}
+
+// take removes and returns the next batch to sign.
+func (r *readParts) take() []part {
+	batch := r.pending[:min(len(r.pending), presignWindow)]
+	r.pending = r.pending[len(batch):]
+	return batch
+}
+
+// sign presigns batch with one call and returns its parts with their URLs.
+func (u *uploader) sign(ctx context.Context, batch []part) ([]part, error) {
+	nums := make([]int, len(batch))
+	for i, p := range batch {
+		nums[i] = p.n
+	}
+	urls, err := u.presign(ctx, nums)
+	if err != nil {
+		return nil, err
+	}
+	signed := make([]part, len(batch))
+	for i, p := range batch {
+		p.url = urls[p.n]
+		signed[i] = p
+	}
+	return signed, nil
 }
 
 // presign asks for the URLs of parts nums with one API call, each URL
