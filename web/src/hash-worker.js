@@ -143,8 +143,55 @@ async function shaPort(port) {
   }
 }
 
-// Reading a File is an asynchronous trip to the browser process, as slow
-// as hashing; the next chunk is always being read while one is hashed.
+// readChunks yields blob's bytes in order, one Uint8Array per [start, end)
+// range of ranges (contiguous, from 0). Where Blob streams are byte
+// streams (Chromium, Firefox) it reads with BYOB requests into buffers of
+// its own, reused from chunk to chunk when reuse is set (the caller is done
+// with a chunk when it asks for the next): in headless Chromium 156,
+// reading 256 MiB so took 0.39–0.52 s and 0.73–0.88 CPU s across the
+// browser's processes, against 1.56–2.19 s and 2.4–4.0 CPU s for
+// slice().arrayBuffer() of each 8 MiB, which allocates and fills a new
+// buffer through another trip to the browser process per chunk.
+// Elsewhere it falls back to that, one chunk read ahead.
+async function* readChunks(blob, ranges, reuse) {
+  let reader = null
+  try {
+    reader = blob.stream().getReader({ mode: 'byob' })
+  } catch {
+    // Blob streams are not byte streams in this browser.
+  }
+  if (!reader) {
+    const read = (i) => (i < ranges.length ? blob.slice(ranges[i][0], ranges[i][1]).arrayBuffer() : null)
+    let next = read(0)
+    for (let i = 0; i < ranges.length; i++) {
+      const buf = new Uint8Array(await next)
+      next = read(i + 1)
+      yield buf
+    }
+    return
+  }
+  try {
+    let buf = null
+    for (const [start, end] of ranges) {
+      const len = end - start
+      if (!reuse || !buf || buf.byteLength < len) buf = new ArrayBuffer(len)
+      // A read fills what the stream has at hand, and hands the buffer
+      // back as a new object (the one it was given is detached).
+      for (let got = 0; got < len;) {
+        const { done, value } = await reader.read(new Uint8Array(buf, got, len - got))
+        if (value) buf = value.buffer
+        if (done) throw new Error('the file ended early: it changed while it was read')
+        got += value.byteLength
+      }
+      yield new Uint8Array(buf, 0, len)
+    }
+  } finally {
+    reader.cancel().catch(() => {})
+  }
+}
+
+// hashFile reads the file once, in order, giving each part's CRC32C as it
+// is read; the SHA-256 (when asked) follows the read on the other worker.
 async function hashFile(id, file, partSize, md5On, port, withSHA) {
   const job = { md5: md5On, cancelled: false }
   jobs.set(id, job)
@@ -155,15 +202,14 @@ async function hashFile(id, file, partSize, md5On, port, withSHA) {
     let whole = 0
     let withMD5 = false
     const list = chunks(file.size, partSize)
-    const read = (i) => (i < list.length ? file.slice(list[i][0], list[i][1]).arrayBuffer() : null)
-    let next = read(0)
     let done = 0
     let lastReport = 0
-    for (let i = 0; i < list.length; i++) {
-      const buf = new Uint8Array(await next)
+    let i = 0
+    // Each chunk moves to the SHA-256's worker, so buffers are reused
+    // only when there is none.
+    for await (const buf of readChunks(file, list, !withSHA)) {
       if (job.cancelled) throw new Error('cancelled')
-      next = read(i + 1)
-      const [off, end, partStart, partEnd] = list[i]
+      const [off, end, partStart, partEnd] = list[i++]
       if (off === partStart) {
         crc.init()
         withMD5 = job.md5
@@ -196,12 +242,17 @@ async function hashFile(id, file, partSize, md5On, port, withSHA) {
   }
 }
 
+// blobRanges splits a blob into chunkSize reads.
+function blobRanges(size) {
+  const out = []
+  for (let off = 0; off < size; off += chunkSize) out.push([off, Math.min(off + chunkSize, size)])
+  return out
+}
+
 async function hashBlob(blob, create, encoding) {
   const h = await create()
   h.init()
-  for (let off = 0; off < blob.size; off += chunkSize) {
-    h.update(new Uint8Array(await blob.slice(off, off + chunkSize).arrayBuffer()))
-  }
+  for await (const buf of readChunks(blob, blobRanges(blob.size), true)) h.update(buf)
   const d = h.digest(encoding)
   return encoding === 'binary' ? base64(d) : d
 }
@@ -213,8 +264,7 @@ async function hashPart(blob, withMD5) {
   const md5 = await createMD5()
   crc.init()
   md5.init()
-  for (let off = 0; off < blob.size; off += chunkSize) {
-    const buf = new Uint8Array(await blob.slice(off, off + chunkSize).arrayBuffer())
+  for await (const buf of readChunks(blob, blobRanges(blob.size), true)) {
     crc.update(buf)
     if (withMD5) md5.update(buf)
   }
