@@ -537,7 +537,9 @@ func TestBrowserSDKBehaviours(t *testing.T) {
 // sends all 3 parts again; ferry computes both SHA-256s from the stored
 // bytes, and they are the file's. Nor does the SDK report finished parts
 // to ferry (PUT /uploads/{id}/parts/{n}): a request per part that resume
-// and complete do not need.
+// and complete do not need. And one presign call signs every part: the
+// SDK waits for the next parts' CRC32Cs instead of signing each part as
+// soon as it is read.
 func TestBrowserSDKSkipHash(t *testing.T) {
 	f, tok, path, sum := browserSetup(t, nil, "no-instant.bin", 20*mib+7)
 	var res struct {
@@ -551,6 +553,7 @@ func TestBrowserSDKSkipHash(t *testing.T) {
 				Path string         `json:"path"`
 				Body map[string]any `json:"body"`
 			} `json:"calls"`
+			Presigns [][]int `json:"presigns"`
 		} `json:"uploads"`
 	}
 	runBrowser(t, map[string]any{"scenario": "sdk-skip-hash", "url": f.URL, "token": tok, "file": path, "s3": s3Addr(f)}, &res)
@@ -574,6 +577,11 @@ func TestBrowserSDKSkipHash(t *testing.T) {
 		}
 		if !slices.Equal(paths, []string{"/uploads", "/uploads/{id}/complete"}) {
 			t.Fatalf("upload %d: calls %v, want only init and complete (no SHA-256 declared, no part reported)", i+1, paths)
+		}
+		// Three parts and four PUTs at once: one presign call signs all
+		// three, however far the read is ahead of the PUTs.
+		if len(u.Presigns) != 1 || !slices.Equal(u.Presigns[0], []int{1, 2, 3}) {
+			t.Fatalf("upload %d: presign calls %v, want one for [1 2 3]", i+1, u.Presigns)
 		}
 		if got := waitUpload(t, f, tok, u.UploadID); got.SHA256 != sum || got.SHA256Verified == nil || !*got.SHA256Verified {
 			t.Fatalf("upload %d: ferry recorded sha256 %s (verified %v), the file is %s", i+1, got.SHA256, got.SHA256Verified, sum)

@@ -451,9 +451,14 @@ const scenarios = {
     await signIn(page)
     const puts = countPuts(page)
     const calls = []
+    const presigns = []
     page.on('request', (r) => {
       if (!r.url().startsWith(cfg.url)) return
       const path = new URL(r.url()).pathname
+      if (r.method() === 'POST' && /^\/uploads\/[^/]+\/presign$/.test(path)) {
+        presigns.push(JSON.parse(r.postData()).part_numbers)
+        return
+      }
       const call = r.method() === 'POST' && /^\/uploads(\/[^/]+\/(sha256|complete))?$/.test(path)
       const report = r.method() === 'PUT' && /^\/uploads\/[^/]+\/parts\/\d+$/.test(path)
       if (!call && !report) return
@@ -468,13 +473,14 @@ const scenarios = {
       await page.locator('#f').setInputFiles(cfg.file)
       const before = puts.length
       const first = calls.length
+      const signed = presigns.length
       const r = await page.evaluate(async () => {
         const { Ferry } = await import('/assets/ferry.js')
         const up = new Ferry().upload(document.getElementById('f').files[0], { skipHash: true })
         const res = await up.start()
         return { state: res.state, uploadId: res.upload_id, sha256: up.sha256, crc32c: up.crc32c }
       })
-      out.push({ ...r, puts: puts.length - before, calls: calls.slice(first) })
+      out.push({ ...r, puts: puts.length - before, calls: calls.slice(first), presigns: presigns.slice(signed) })
       log('skip-hash', i + 1, JSON.stringify(out[i]))
     }
     return { uploads: out }
