@@ -437,7 +437,8 @@ func (rp report) verdicts() []verdict {
 		}
 		v5.Why = append(v5.Why, fmt.Sprintf("The verify job read %.0f MiB per GiB back from S3 and hashed it: %.3f CPU s/GiB, %.3f of it in the kernel receiving the GET. "+
 			"%s, so the target leaves room for little else: "+
-			"fewer syscalls per MiB (a larger read buffer) trims the kernel's share, and the hash itself only moves off this process.",
+			"the kernel's share is the copy of each byte off the socket, and the hash itself only moves off this process "+
+			"(to a machine with a faster SHA-256, or to the client, whose hash ferry cannot trust).",
 			bg.ServerReadMB, fu.BackgroundCPUPerGiB, bg.ServerSys, hash))
 	}
 	return []verdict{v1, v2, v3, v4, v5}
