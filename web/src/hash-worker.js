@@ -78,7 +78,7 @@ function crcValue(digest) {
 }
 
 // chunks lists the [start, end) ranges to read: chunkSize at most, never
-// across a part boundary.
+// across a part boundary. chunks(size, size) reads a blob as one part.
 function chunks(size, partSize) {
   const out = []
   for (let start = 0; start < size; start += partSize) {
@@ -242,17 +242,10 @@ async function hashFile(id, file, partSize, md5On, port, withSHA) {
   }
 }
 
-// blobRanges splits a blob into chunkSize reads.
-function blobRanges(size) {
-  const out = []
-  for (let off = 0; off < size; off += chunkSize) out.push([off, Math.min(off + chunkSize, size)])
-  return out
-}
-
 async function hashBlob(blob, create, encoding) {
   const h = await create()
   h.init()
-  for await (const buf of readChunks(blob, blobRanges(blob.size), true)) h.update(buf)
+  for await (const buf of readChunks(blob, chunks(blob.size, blob.size), true)) h.update(buf)
   const d = h.digest(encoding)
   return encoding === 'binary' ? base64(d) : d
 }
@@ -264,7 +257,7 @@ async function hashPart(blob, withMD5) {
   const md5 = await createMD5()
   crc.init()
   md5.init()
-  for await (const buf of readChunks(blob, blobRanges(blob.size), true)) {
+  for await (const buf of readChunks(blob, chunks(blob.size, blob.size), true)) {
     crc.update(buf)
     if (withMD5) md5.update(buf)
   }
