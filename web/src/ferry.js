@@ -314,6 +314,7 @@ export class Upload extends EventTarget {
     this.checksum = false // S3 checks each part's CRC32C (else its Content-MD5)
     this.slots = new Map() // part number → deferred digest {crc32c, md5?} from the stream
     this.extra = new Map() // part number → digest computed on its own
+    this.digesting = new Map() // part number → its own digest under way
     this.listed = new Map() // part number → the part S3 lists
     this.etags = new Map() // part number → ETag of a part S3 holds intact
     this.urls = new Map() // part number → presigned {url, headers, expires}
@@ -512,6 +513,7 @@ export class Upload extends EventTarget {
       // its parts are digested on their own as they are needed.
       this.partSize = up.part_size
       this.extra.clear()
+      this.digesting.clear()
     }
     this.partCount = up.part_count
     this.urls.clear()
@@ -684,7 +686,10 @@ export class Upload extends EventTarget {
   /**
    * digestOf is part n's {crc32c, md5?} in the upload's layout, with its
    * MD5 when S3 checks Content-MD5: from the stream when it reads this
-   * layout, else read on its own.
+   * layout, else read on its own, once however many workers ask. Reading
+   * the same part for each of them (up to four at once) was wasted work,
+   * and in headless Chromium 156 one of several concurrent reads of the
+   * file now and then never finished, which left the upload waiting.
    */
   async digestOf(n) {
     const now = this.digestNow(n)
@@ -695,10 +700,21 @@ export class Upload extends EventTarget {
       const d = await Promise.race([s.promise, this.hashed.then(() => s.promise)])
       if (this.usable(d)) return d
     }
-    const [a, b] = this.partRange(n)
-    const d = await this.client.hasher().part(this.file.slice(a, b), this.needsMD5())
-    this.extra.set(n, d)
-    return d
+    const md5 = this.needsMD5()
+    const key = n + (md5 ? '+md5' : '')
+    let job = this.digesting.get(key)
+    if (!job) {
+      const [a, b] = this.partRange(n)
+      const layout = this.partSize
+      job = this.client.hasher().part(this.file.slice(a, b), md5).then((d) => {
+        if (this.partSize === layout) this.extra.set(n, d)
+        return d
+      }).finally(() => {
+        if (this.digesting.get(key) === job) this.digesting.delete(key)
+      })
+      this.digesting.set(key, job)
+    }
+    return job
   }
 
   /**

@@ -32,6 +32,20 @@ const castagnoli = 0x82f63b78 // hash-wasm's CRC-32 with this polynomial is CRC3
 
 const jobs = new Map() // id of a running "file" job → its switches
 
+// The "part" and "sha256" jobs run one at a time, beside the stream: each
+// reads its own slice of the file, and with seven such reads at once (the
+// SDK's part workers each reading the parts they waited for) headless
+// Chromium 156 now and then never finished one of them, which left the
+// upload waiting for good. In turns they cost no more: they share this
+// thread.
+let turns = Promise.resolve()
+
+function inTurn(fn) {
+  const run = turns.then(fn)
+  turns = run.catch(() => {})
+  return run
+}
+
 function base64(bytes) {
   let s = ''
   for (const b of bytes) s += String.fromCharCode(b)
@@ -278,8 +292,8 @@ self.onmessage = async (ev) => {
   try {
     let result
     if (op === 'file') result = await hashFile(id, ev.data.file, ev.data.partSize, !!ev.data.md5, ev.data.port, ev.data.sha !== false)
-    else if (op === 'part') result = await hashPart(ev.data.blob, !!ev.data.md5)
-    else if (op === 'sha256') result = await hashBlob(ev.data.blob, createSHA256, 'hex')
+    else if (op === 'part') result = await inTurn(() => hashPart(ev.data.blob, !!ev.data.md5))
+    else if (op === 'sha256') result = await inTurn(() => hashBlob(ev.data.blob, createSHA256, 'hex'))
     else throw new Error('unknown op ' + op)
     postMessage({ id, result })
   } catch (err) {
