@@ -686,10 +686,10 @@ export class Upload extends EventTarget {
   /**
    * digestOf is part n's {crc32c, md5?} in the upload's layout, with its
    * MD5 when S3 checks Content-MD5: from the stream when it reads this
-   * layout, else read on its own, once however many workers ask. Reading
-   * the same part for each of them (up to four at once) was wasted work,
-   * and in headless Chromium 156 one of several concurrent reads of the
-   * file now and then never finished, which left the upload waiting.
+   * layout, else read on its own, once however many workers ask: each
+   * worker used to read the parts it waited for itself, nine reads for
+   * six parts (and the reads at once that hash-worker.js now runs in
+   * turns).
    */
   async digestOf(n) {
     const now = this.digestNow(n)
