@@ -36,6 +36,7 @@ type entry struct {
 type metrics struct {
 	requests  *prometheus.CounterVec
 	bytes     prometheus.Counter
+	spliced   prometheus.Counter
 	forwarded prometheus.Counter
 	changed   prometheus.Counter
 	refused   *prometheus.CounterVec
@@ -48,6 +49,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"status"}),
 		bytes: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ferry_download_bytes_total", Help: "Content bytes sent by the download proxy.",
+		}),
+		spliced: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ferry_download_spliced_bytes_total",
+			Help: "Of ferry_download_bytes_total, the bytes moved from the store's connection to the client's inside the kernel (splice(2)), never copied through ferry: a plain-HTTP store, a plain-TCP client, one range of at least 4 MiB per answer.",
 		}),
 		forwarded: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ferry_download_forwarded_links_total",
@@ -70,7 +75,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.refused.WithLabelValues(reason)
 	}
 	if reg != nil {
-		reg.MustRegister(m.requests, m.bytes, m.forwarded, m.changed, m.refused)
+		reg.MustRegister(m.requests, m.bytes, m.spliced, m.forwarded, m.changed, m.refused)
 	}
 	return m
 }

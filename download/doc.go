@@ -32,9 +32,17 @@
 // the table. Rows older than Config.LogRetention are deleted by a periodic
 // job (KindPruneLog, registered with Register; one run per window across
 // replicas) and counted in ferry_rows_pruned_total{table="download_log"}. Other metrics:
-// ferry_downloads_total{status}, ferry_download_bytes_total and
+// ferry_downloads_total{status}, ferry_download_bytes_total,
+// ferry_download_spliced_bytes_total (see below) and
 // ferry_download_forwarded_links_total, which counts links used from more
 // distinct addresses than configured (a warning is logged as well).
+//
+// A 200 or single-range answer to a client on plain TCP is handed to the
+// object (an *s3store.ObjectReader) with the connection's own writer, under
+// gin's: where the store is reached over plain HTTP the reader moves the
+// body from S3's socket to the client's with splice(2), and ferry copies
+// no byte of it (docs/downloads.md, "Cost"). Serve returns the bytes sent,
+// since gin's writer no longer sees them all.
 //
 // The package does not know exports or files: cmd/ferry gives it a Routes
 // value mapping id prefixes ("exp_", "fil_") to the packages that do. A

@@ -187,10 +187,12 @@ type Request struct {
 // ranges.go). fail writes the response for an error (a problem document);
 // it must write to the ResponseWriter it is given. Serve counts every call
 // in the metrics and writes a download-log row for each call whose link
-// ferry signed and is still valid.
-func (s *Service) Serve(w http.ResponseWriter, r *http.Request, req Request, fail func(http.ResponseWriter, error)) {
+// ferry signed and is still valid. It returns the bytes of the answer's
+// body it sent: some may bypass w (see recorder.ReadFrom), so w's own
+// count can fall short.
+func (s *Service) Serve(w http.ResponseWriter, r *http.Request, req Request, fail func(http.ResponseWriter, error)) (sent int64) {
 	ctx := r.Context()
-	rec := &recorder{w: w, bufs: &s.bufs}
+	rec := &recorder{w: w, bufs: &s.bufs, plain: r.TLS == nil}
 	e := entry{
 		resourceID: clip(req.ID, 64), method: r.Method, rangeHeader: clip(strings.Join(r.Header.Values("Range"), ", "), 255),
 		remoteAddr: clip(req.RemoteAddr, 64), userAgent: clip(r.UserAgent(), 255), requestID: logctx.RequestID(ctx),
@@ -213,7 +215,9 @@ func (s *Service) Serve(w http.ResponseWriter, r *http.Request, req Request, fai
 	if e.status == http.StatusOK || e.status == http.StatusPartialContent {
 		e.bytes = rec.bytes
 	}
+	s.m.spliced.Add(float64(rec.spliced))
 	s.record(ctx, e)
+	return rec.bytes
 }
 
 func (s *Service) serve(rec *recorder, r *http.Request, req Request, e *entry) error {
@@ -381,6 +385,19 @@ func (o *openedFirst) Read(p []byte) (int, error) {
 	return o.ReadSeeker.Read(p)
 }
 
+// sender is an object that can send its bytes to a connection's writer
+// itself (*s3store.ObjectReader, socket to socket where it can).
+type sender interface {
+	SendTo(w io.Writer, n int64, buf []byte) (int64, error)
+	Spliced() int64
+}
+
+// sender returns the object as a sender, when it is one and opened.
+func (o *openedFirst) sender() (sender, bool) {
+	s, ok := o.ReadSeeker.(sender)
+	return s, ok && o.err == nil
+}
+
 // strongETag is the content's SHA-256 when ferry has computed it; a file
 // not verified yet (served to its owner only) is tagged with its object's
 // S3 ETag instead, which is just as strong for the stored version. The two
@@ -423,8 +440,10 @@ func clip(s string, n int) string {
 type recorder struct {
 	w         http.ResponseWriter
 	bufs      *sync.Pool // chunk buffers for ReadFrom
+	plain     bool       // the request came over plain TCP, not TLS
 	status    int
 	bytes     int64
+	spliced   int64 // of bytes, those that went from S3's socket to the client's
 	intercept bool
 	swallowed int
 	// open, when set, runs before a 200 or 206 is written while
@@ -467,15 +486,58 @@ func (rw *recorder) Write(p []byte) (int, error) {
 }
 
 // ReadFrom is what io.CopyN inside ServeContent calls to stream the
-// content: with a larger buffer than io.Copy's 32 KiB, each system call on
-// the S3 and the client connection moves more bytes.
+// content (src is then an *io.LimitedReader over the object). The object
+// sends a single range straight to the connection's own writer (net/http's,
+// under gin's), whose ReadFrom can take S3's socket and splice(2) the
+// bytes to the client's; over TLS it could not, and a multipart answer's
+// parts come through a pipe. Otherwise a larger buffer than io.Copy's 32
+// KiB makes each system call on either connection move more bytes.
 func (rw *recorder) ReadFrom(src io.Reader) (int64, error) {
 	if rw.bufs == nil {
 		return io.Copy(writerOnly{rw}, src)
 	}
 	buf := rw.bufs.Get().(*[]byte)
 	defer rw.bufs.Put(buf)
+	if lr, ok := src.(*io.LimitedReader); ok && rw.plain && rw.status != 0 && rw.swallowed == 0 {
+		if o, ok := lr.R.(*openedFirst); ok {
+			if s, ok := o.sender(); ok {
+				if cw := connWriter(rw.w); cw != nil {
+					// Whatever rw.w's wrappers hold back (gin holds the
+					// status line) goes out before the connection is
+					// written to under them.
+					if err := http.NewResponseController(rw.w).Flush(); err != nil {
+						return 0, err
+					}
+					before := s.Spliced()
+					n, err := s.SendTo(cw, lr.N, *buf)
+					lr.N -= n
+					rw.bytes += n
+					rw.spliced += s.Spliced() - before
+					if errors.Is(err, io.EOF) {
+						err = nil // as io.Copy: the source ended
+					}
+					return n, err
+				}
+			}
+		}
+	}
 	return io.CopyBuffer(writerOnly{rw}, src, *buf)
+}
+
+// connWriter unwraps w to the connection's own ResponseWriter when that
+// one can take a reader itself (io.ReaderFrom, as net/http's does), or
+// returns nil.
+func connWriter(w http.ResponseWriter) http.ResponseWriter {
+	for {
+		if _, ok := w.(io.ReaderFrom); ok {
+			return w
+		}
+		u, ok := w.(interface{ Unwrap() http.ResponseWriter })
+		if !ok {
+			return nil
+		}
+		w = u.Unwrap()
+	}
 }
 
 // writerOnly hides ReadFrom, so a copy into it does not call it back.

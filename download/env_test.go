@@ -88,10 +88,12 @@ func (c *clock) Add(d time.Duration) {
 	c.t = c.t.Add(d)
 }
 
-// logCapture keeps warnings so tests can see them.
+// logCapture keeps warnings, and the bytes of each access-log line, so
+// tests can see them.
 type logCapture struct {
-	mu   sync.Mutex
-	msgs []string
+	mu     sync.Mutex
+	msgs   []string
+	access []int64 // the "bytes" of each "http request" line
 }
 
 func (l *logCapture) Enabled(context.Context, slog.Level) bool { return true }
@@ -101,7 +103,36 @@ func (l *logCapture) Handle(_ context.Context, r slog.Record) error {
 	if r.Level >= slog.LevelWarn {
 		l.msgs = append(l.msgs, r.Message)
 	}
+	if r.Message == "http request" {
+		r.Attrs(func(a slog.Attr) bool {
+			if a.Key == "bytes" {
+				l.access = append(l.access, a.Value.Int64())
+			}
+			return true
+		})
+	}
 	return nil
+}
+
+// accessLines is how many access-log lines there are.
+func (l *logCapture) accessLines() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.access)
+}
+
+// accessBytes is the "bytes" of access-log line i, waiting up to 5s for
+// it: the line is written after the client has its answer.
+func (l *logCapture) accessBytes(i int) (int64, bool) {
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		l.mu.Lock()
+		if i < len(l.access) {
+			defer l.mu.Unlock()
+			return l.access[i], true
+		}
+		l.mu.Unlock()
+	}
+	return 0, false
 }
 func (l *logCapture) WithAttrs([]slog.Attr) slog.Handler { return l }
 func (l *logCapture) WithGroup(string) slog.Handler      { return l }

@@ -19,20 +19,9 @@ import (
 // timeout, a body that stalls mid-stream for the idle timeout, a HEAD
 // within the call timeout. A slow reader is not a stalled store.
 func TestStoreCallsAreBounded(t *testing.T) {
-	direct := testenv.Store(t)
 	ctx := context.Background()
 	data := randomBytes(32 << 20) // far more than socket buffers hold, so a stall leaves bytes unsent
-	if err := direct.Put(ctx, "obj", bytes.NewReader(data), int64(len(data)), ""); err != nil {
-		t.Fatal(err)
-	}
-	srv, proxy := testenv.S3ThroughProxy(t)
-	st, err := s3store.New(ctx, s3store.Config{
-		Endpoint: srv.Endpoint, Region: "us-east-1", Bucket: direct.Bucket(), AccessKey: srv.AccessKey, SecretKey: srv.SecretKey,
-		PathStyle: true, Timeout: time.Second, FirstByteTimeout: time.Second, IdleTimeout: time.Second,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, proxy := storeWithFaults(t, data)
 	outage := func(what string, err error, start time.Time, bound time.Duration) {
 		t.Helper()
 		took := time.Since(start)
@@ -92,4 +81,25 @@ func TestStoreCallsAreBounded(t *testing.T) {
 	_, err = st.Head(ctx, "obj")
 	outage("HEAD refused", err, start, 15*time.Second)
 	proxy.Accept()
+}
+
+// storeWithFaults puts data into a fresh bucket as "obj" and returns a
+// Store that reaches it through a fault proxy, with every bound at one
+// second.
+func storeWithFaults(t *testing.T, data []byte) (*s3store.Store, *faultproxy.Proxy) {
+	t.Helper()
+	ctx := context.Background()
+	direct := testenv.Store(t)
+	if err := direct.Put(ctx, "obj", bytes.NewReader(data), int64(len(data)), ""); err != nil {
+		t.Fatal(err)
+	}
+	srv, proxy := testenv.S3ThroughProxy(t)
+	st, err := s3store.New(ctx, s3store.Config{
+		Endpoint: srv.Endpoint, Region: "us-east-1", Bucket: direct.Bucket(), AccessKey: srv.AccessKey, SecretKey: srv.SecretKey,
+		PathStyle: true, Timeout: time.Second, FirstByteTimeout: time.Second, IdleTimeout: time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st, proxy
 }

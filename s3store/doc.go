@@ -21,7 +21,9 @@
 //     builder; and, for stores without POST policies, a presigned PUT
 //     pinning the key, the content type and metadata (PresignPut);
 //   - objects: head, streaming GET, ranged GET, a lazy io.ReadSeekCloser
-//     that issues ranged GETs only when read (Open), streaming writes of
+//     that issues ranged GETs only when read (Open) and, on a plain-HTTP
+//     endpoint, sends them on a connection of its own whose body SendTo
+//     splices to a client's socket (splice.go), streaming writes of
 //     unknown size with constant memory that become visible only when the
 //     writer succeeds (WriteObject), put, delete, server-side copy (Copy);
 //   - the capability probe (Probe): checksums, POST policies, CORS (a

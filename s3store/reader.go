@@ -26,6 +26,7 @@ type ObjectReader struct {
 	bodyEnd int64 // where the open GET ends (exclusive)
 	spans   [][2]int64
 	gets    int   // ranged GETs issued, for tests and metrics
+	spliced int64 // bytes SendTo moved socket to socket
 	err     error // the last GET's failure, for callers whose reader (ServeContent) drops it
 }
 
@@ -71,11 +72,8 @@ func (r *ObjectReader) Read(p []byte) (int, error) {
 		r.body = nil
 	}
 	if r.body == nil {
-		end, length := r.getEnd(r.off), int64(-1)
-		if end < r.size {
-			length = end - r.off
-		}
-		body, err := r.s.getRange(r.ctx, r.key, r.etag, r.off, length)
+		end := r.getEnd(r.off)
+		body, err := r.get(end)
 		if err != nil {
 			r.err = err
 			return 0, err
@@ -104,6 +102,69 @@ func (r *ObjectReader) Read(p []byte) (int, error) {
 	}
 	return n, err
 }
+
+// get issues the GET of [r.off, end): on a connection of the reader's own
+// where the store allows it and the body is large enough to gain from
+// splicing (splice.go), else through the SDK.
+func (r *ObjectReader) get(end int64) (io.ReadCloser, error) {
+	if r.s.direct && end-r.off >= directMin {
+		body, err := r.s.openDirect(r.ctx, r.key, r.etag, r.off, end-r.off)
+		if body != nil || err != nil {
+			return body, err
+		}
+	}
+	length := int64(-1)
+	if end < r.size {
+		length = end - r.off
+	}
+	return r.s.getRange(r.ctx, r.key, r.etag, r.off, length)
+}
+
+// SendTo writes the next n bytes of the object to w and returns how many
+// it wrote; fewer than n come with an error (io.EOF at the object's end),
+// as with io.CopyN. When w can take a socket's bytes itself (its ReadFrom
+// splices, as net/http's response writer over plain TCP does) and the GET
+// went over a connection of the reader's own, the bytes move from S3's
+// socket to w's inside the kernel; otherwise they are copied through buf.
+// w must be the innermost writer of its connection: no wrapper above it
+// may hold bytes back, or they would come after the spliced ones.
+func (r *ObjectReader) SendTo(w io.Writer, n int64, buf []byte) (int64, error) {
+	rf, canSplice := w.(io.ReaderFrom)
+	var sent int64
+	for sent < n {
+		if _, err := r.Read(nil); err != nil { // opens the GET at r.off
+			return sent, err
+		}
+		db, direct := r.body.(*directBody)
+		if !direct || !canSplice {
+			m, err := io.CopyBuffer(writerOnly{w}, io.LimitReader(readerOnly{r}, n-sent), buf)
+			sent += m
+			if err == nil && sent < n {
+				err = io.EOF
+			}
+			return sent, err
+		}
+		before := db.spliced
+		m, err := db.sendTo(w, rf, min(n-sent, r.bodyEnd-r.off))
+		sent += m
+		r.off += m
+		r.bodyAt += m
+		r.spliced += db.spliced - before
+		if err != nil {
+			return sent, err
+		}
+		if r.off >= r.bodyEnd {
+			r.body.Close()
+			r.body = nil
+		}
+	}
+	return sent, nil
+}
+
+// writerOnly and readerOnly hide ReadFrom and WriteTo, so that a copy
+// between them runs through its buffer.
+type writerOnly struct{ io.Writer }
+type readerOnly struct{ io.Reader }
 
 // Seek implements io.Seeker. It never contacts S3.
 func (r *ObjectReader) Seek(offset int64, whence int) (int64, error) {
@@ -140,3 +201,6 @@ func (r *ObjectReader) Err() error { return r.err }
 
 // GETs reports how many ranged GETs the reader has issued.
 func (r *ObjectReader) GETs() int { return r.gets }
+
+// Spliced reports how many bytes SendTo moved from socket to socket.
+func (r *ObjectReader) Spliced() int64 { return r.spliced }

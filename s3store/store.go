@@ -89,6 +89,10 @@ type Store struct {
 	// preflights) to the internal endpoint, over the SDK's own transport.
 	http            aws.HTTPClient
 	presignInternal *s3.PresignClient
+
+	// direct: ObjectReader's GETs go over connections of its own
+	// (splice.go).
+	direct bool
 }
 
 // New builds a Store. It does not contact S3; call Bootstrap or Ready for
@@ -160,6 +164,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		creds: awsCfg.Credentials, region: awsCfg.Region,
 		publicEndpoint: pub, pathStyle: cfg.PathStyle,
 		http: httpClient, presignInternal: s3.NewPresignClient(internal),
+		direct: directGets(cfg),
 	}, nil
 }
 

@@ -19,7 +19,10 @@ import (
 const SessionCookie = "ferry_session"
 
 const (
-	userKey       = "ferry.user"
+	userKey = "ferry.user"
+	// bodyBytesKey: a handler that writes part of its body past gin's
+	// writer (the download proxy's splice) sets the body's true size.
+	bodyBytesKey  = "ferry.body_bytes"
 	serviceKeyKey = "ferry.service_key"
 )
 

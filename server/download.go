@@ -19,10 +19,14 @@ func (s *Server) routeDownloads(e *gin.Engine) {
 
 func (s *Server) download(c *gin.Context) {
 	req := download.Request{ID: c.Param("id"), Caller: s.optionalCaller(c), RemoteAddr: c.ClientIP()}
-	s.d.Downloads.Serve(c.Writer, c.Request, req, func(w http.ResponseWriter, err error) {
+	sent := s.d.Downloads.Serve(c.Writer, c.Request, req, func(w http.ResponseWriter, err error) {
 		_ = c.Error(err)
 		writeProblemTo(w, c.Request.URL.Path, problemFor(c.Request.Context(), err))
 	})
+	if sent > 0 {
+		// Serve may have sent most of the body past gin's writer.
+		c.Set(bodyBytesKey, sent)
+	}
 }
 
 // optionalCaller returns the id of the user a valid bearer token or

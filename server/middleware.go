@@ -88,12 +88,16 @@ func accessLog(log *slog.Logger, m *httpMetrics) gin.HandlerFunc {
 			route = "unmatched"
 		}
 		status := c.Writer.Status()
+		size := int64(c.Writer.Size())
+		if n, ok := c.Get(bodyBytesKey); ok {
+			size = n.(int64)
+		}
 		m.requests.WithLabelValues(route, c.Request.Method, strconv.Itoa(status)).Inc()
 		m.duration.WithLabelValues(route, c.Request.Method).Observe(elapsed.Seconds())
 
 		attrs := []any{
 			"method", c.Request.Method, "route", route, "path", logPath(route, c.Request.URL.Path),
-			"status", status, "bytes", c.Writer.Size(), "duration_ms", float64(elapsed.Microseconds()) / 1000,
+			"status", status, "bytes", size, "duration_ms", float64(elapsed.Microseconds()) / 1000,
 			"remote", c.ClientIP(), "user_agent", c.Request.UserAgent(),
 		}
 		if u, ok := c.Get(userKey); ok {
