@@ -406,13 +406,17 @@ func (rp report) verdicts() []verdict {
 		Met: dlRatio >= targetDownloadRatio,
 	}
 	if !v4.Met {
-		v4.Why = append(v4.Why, fmt.Sprintf("Every byte is read from S3 and written again by `ferry serve` (%.3f CPU s/GiB, %.3f of it in the kernel), "+
-			"and the CLI hashes what it writes (%.2f CPU s/GiB against %.2f for the direct GET's client, which checks nothing; "+
-			"SHA-256 is about half the CLI's CPU in a perf profile), on the same %d cores as S3 (%.2f CPU s/GiB): %.2f cores busy against %.2f. "+
-			"Where the cores are shared, all of that CPU is wall time; what would remove it is a hop without user-space copies "+
-			"(splice(2) between the S3 and client sockets, for S3 over plain HTTP) and the hash on a core that is otherwise idle. "+
-			"The proxy alone: BenchmarkProxyVsDirect in download/.",
-			fd.CPUPerGiB, fd.SysPerGiB, fd.ClientCPUPerGiB, get.ClientCPUPerGiB, cores, fd.S3CPUPerGiB, fd.Busy, get.Busy))
+		why := fmt.Sprintf("`ferry serve` hands S3's socket to the client's (splice(2), for S3 over plain HTTP): %.3f CPU s/GiB, %.3f of it in the kernel. "+
+			"The rest is the CLI, which hashes every byte it writes with SHA-256 on a second goroutine (%.2f CPU s/GiB against %.2f for the direct GET's client, which checks nothing), "+
+			"on the same %d cores as S3 (%.2f CPU s/GiB): %.2f cores busy against %.2f. The download ends when the hash has read the last byte, ",
+			fd.CPUPerGiB, fd.SysPerGiB, fd.ClientCPUPerGiB, get.ClientCPUPerGiB, cores, fd.S3CPUPerGiB, fd.Busy, get.Busy)
+		if r := rp.Machine.SHA256GBps; r > 0 {
+			why += fmt.Sprintf("so at %.2f GB/s on one core here the hash alone takes %.2f s per GiB, against the direct GET's %.2f s. ", r, float64(1<<30)/(r*1e9), float64(1<<10)/get.MiBps)
+		} else {
+			why += "so the hash's rate on one core bounds it. "
+		}
+		v4.Why = append(v4.Why, why+"What would close the gap is a client that checks a cheaper digest than SHA-256; ferry's CLI does not trade that check away. "+
+			"The proxy alone: BenchmarkProxyVsDirect in download/.")
 	}
 	v4.Why = append(v4.Why, "The memory half of this target (RSS < 128 MiB with 32 concurrent downloads) is measured by BenchmarkConcurrent32 in download/, not by this program.")
 
