@@ -28,13 +28,13 @@ import (
 // client's (net/http's ReadFrom, then splice(2)) and the body moves from
 // socket to socket inside the kernel.
 //
-// The connection is not reused: each ranged GET dials one, which on a
-// private network costs less than a millisecond, and only GETs of at
-// least directMin bytes do. A 4xx answer (a missing
-// object, a 412 for a changed one) is translated like the SDK's errors;
-// anything else that is not a 200 or 206 with a Content-Length (a 5xx, a
-// chunked answer), or a connection that fails before its answer, is asked
-// again through the SDK, with its retries.
+// The connection is not reused: each GET dials one, which on a private
+// network costs less than a millisecond, and only GETs of at least
+// directMin bytes go this way. A 4xx answer (a missing object, a 412 for a
+// changed one) is translated like the SDK's errors; anything else that is
+// not a 200 or 206 with a Content-Length (a 5xx, a chunked answer), or a
+// connection that fails before its answer, is asked again through the
+// SDK, with its retries.
 
 // directGets reports whether GETs may go over a connection of the
 // Store's own: the endpoint is plain HTTP, reached without an HTTP proxy
