@@ -407,16 +407,15 @@ func (rp report) verdicts() []verdict {
 	}
 	if !v4.Met {
 		why := fmt.Sprintf("`ferry serve` hands S3's socket to the client's (splice(2), for S3 over plain HTTP): %.3f CPU s/GiB, %.3f of it in the kernel. "+
-			"The rest is the CLI, which hashes every byte it writes with SHA-256 on a second goroutine (%.2f CPU s/GiB against %.2f for the direct GET's client, which checks nothing), "+
-			"on the same %d cores as S3 (%.2f CPU s/GiB): %.2f cores busy against %.2f. The download ends when the hash has read the last byte, ",
-			fd.CPUPerGiB, fd.SysPerGiB, fd.ClientCPUPerGiB, get.ClientCPUPerGiB, cores, fd.S3CPUPerGiB, fd.Busy, get.Busy)
+			"The rest is the CLI, which hashes every byte it writes with SHA-256 on a second goroutine (%.2f CPU s/GiB against %.2f for the direct GET's client, which checks nothing)",
+			fd.CPUPerGiB, fd.SysPerGiB, fd.ClientCPUPerGiB, get.ClientCPUPerGiB)
 		if r := rp.Machine.SHA256GBps; r > 0 {
-			why += fmt.Sprintf("so at %.2f GB/s on one core here the hash alone takes %.2f s per GiB, against the direct GET's %.2f s. ", r, float64(1<<30)/(r*1e9), float64(1<<10)/get.MiBps)
-		} else {
-			why += "so the hash's rate on one core bounds it. "
+			why += fmt.Sprintf("; the hash alone is %.2f s per GiB at %.2f GB/s on one core here", float64(1<<30)/(r*1e9), r)
 		}
-		v4.Why = append(v4.Why, why+"What would close the gap is a client that checks a cheaper digest than SHA-256; ferry's CLI does not trade that check away. "+
-			"The proxy alone: BenchmarkProxyVsDirect in download/.")
+		why += fmt.Sprintf(". All of ferry's download took %.2f CPU s/GiB on the %d cores it shared with S3, so at least %.2f s per GiB, against %.2f s for the whole direct GET (%.2f CPU s/GiB); "+
+			"%.2f cores were busy against %.2f. ", fd.AllCPUPerGiB, cores, fd.AllCPUPerGiB/float64(cores), float64(1<<10)/get.MiBps, get.AllCPUPerGiB, fd.Busy, get.Busy)
+		v4.Why = append(v4.Why, why+"What would close the gap is less CPU in the CLI: splicing the socket into the file and hashing the file's pages in place "+
+			"would drop its two user-space copies; or a cheaper digest than SHA-256, a check ferry's CLI does not trade away. The proxy alone: BenchmarkProxyVsDirect in download/.")
 	}
 	v4.Why = append(v4.Why, "The memory half of this target (RSS < 128 MiB with 32 concurrent downloads) is measured by BenchmarkConcurrent32 in download/, not by this program.")
 
