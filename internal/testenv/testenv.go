@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	mrand "math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -205,15 +206,45 @@ func StoreFor(t testing.TB, srv S3Server, bucket string) *s3store.Store {
 }
 
 // FreeAddr returns a 127.0.0.1 address with a port that was free a moment
-// ago.
+// ago, for a process the test starts to listen on. The port comes from
+// below the kernel's ephemeral range (ip_local_port_range): a port ":0"
+// hands out is in that range, and an outgoing connection of a test
+// running beside this one could take it before the process binds it (a
+// ferry then failed to start with "address already in use"). Outgoing
+// connections never take a port below the range.
 func FreeAddr(t testing.TB) string {
 	t.Helper()
+	const floor = 10000
+	if lo := ephemeralLow(); lo > floor+1000 {
+		for range 100 {
+			l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", floor+mrand.IntN(lo-floor)))
+			if err == nil {
+				addr := l.Addr().String()
+				l.Close()
+				return addr
+			}
+		}
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Close()
 	return l.Addr().String()
+}
+
+// ephemeralLow is the first port of the kernel's ephemeral range, or 0
+// where it cannot be read.
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0
+	}
+	var lo, hi int
+	if _, err := fmt.Sscan(string(b), &lo, &hi); err != nil {
+		return 0
+	}
+	return lo
 }
 
 // RandomHex returns 2n random hex characters.
