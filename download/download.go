@@ -498,30 +498,43 @@ func (rw *recorder) ReadFrom(src io.Reader) (int64, error) {
 	}
 	buf := rw.bufs.Get().(*[]byte)
 	defer rw.bufs.Put(buf)
-	if lr, ok := src.(*io.LimitedReader); ok && rw.plain && rw.status != 0 && rw.swallowed == 0 {
-		if o, ok := lr.R.(*openedFirst); ok {
-			if s, ok := o.sender(); ok {
-				if cw := connWriter(rw.w); cw != nil {
-					// Whatever rw.w's wrappers hold back (gin holds the
-					// status line) goes out before the connection is
-					// written to under them.
-					if err := http.NewResponseController(rw.w).Flush(); err != nil {
-						return 0, err
-					}
-					before := s.Spliced()
-					n, err := s.SendTo(cw, lr.N, *buf)
-					lr.N -= n
-					rw.bytes += n
-					rw.spliced += s.Spliced() - before
-					if errors.Is(err, io.EOF) {
-						err = nil // as io.Copy: the source ended
-					}
-					return n, err
-				}
-			}
-		}
+	if n, sent, err := rw.send(src, *buf); sent {
+		return n, err
 	}
 	return io.CopyBuffer(writerOnly{rw}, src, *buf)
+}
+
+// send lets the object send src's bytes to the connection's own writer;
+// sent is false when src is not a range of one, or the answer cannot go
+// that way, and nothing was written.
+func (rw *recorder) send(src io.Reader, buf []byte) (n int64, sent bool, err error) {
+	lr, ok := src.(*io.LimitedReader)
+	if !ok || !rw.plain || rw.status == 0 || rw.swallowed != 0 {
+		return 0, false, nil
+	}
+	o, ok := lr.R.(*openedFirst)
+	if !ok {
+		return 0, false, nil
+	}
+	s, ok := o.sender()
+	cw := connWriter(rw.w)
+	if !ok || cw == nil {
+		return 0, false, nil
+	}
+	// Whatever rw.w's wrappers hold back (gin holds the status line) goes
+	// out before the connection is written to under them.
+	if err := http.NewResponseController(rw.w).Flush(); err != nil {
+		return 0, true, err
+	}
+	before := s.Spliced()
+	n, err = s.SendTo(cw, lr.N, buf)
+	lr.N -= n
+	rw.bytes += n
+	rw.spliced += s.Spliced() - before
+	if errors.Is(err, io.EOF) {
+		err = nil // as io.Copy: the source ended
+	}
+	return n, true, err
 }
 
 // connWriter unwraps w to the connection's own ResponseWriter when that

@@ -92,8 +92,7 @@ func (s *Store) openDirect(ctx context.Context, key, ifMatch string, offset, len
 	if req.URL.Port() == "" {
 		addr = net.JoinHostPort(req.URL.Hostname(), "80")
 	}
-	d := net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
-	c, err := d.DialContext(ctx, "tcp", addr)
+	c, err := s.dialer.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, nil // the SDK's GET reports the outage, with its retries
 	}

@@ -91,8 +91,9 @@ type Store struct {
 	presignInternal *s3.PresignClient
 
 	// direct: ObjectReader's GETs go over connections of its own
-	// (splice.go).
+	// (splice.go), dialed like the SDK's.
 	direct bool
+	dialer *net.Dialer
 }
 
 // New builds a Store. It does not contact S3; call Bootstrap or Ready for
@@ -115,10 +116,11 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	// Keep connections to one S3 endpoint warm: ferry talks to a single
 	// host, often many requests at once.
+	dialer := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
 	httpClient := awshttp.NewBuildableClient().WithTransportOptions(func(t *http.Transport) {
 		t.MaxIdleConns = 256
 		t.MaxIdleConnsPerHost = 256
-		t.DialContext = (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+		t.DialContext = dialer.DialContext
 		// No transport-wide ResponseHeaderTimeout: a complete that
 		// copies a large object answers late by right. Each call has
 		// its own bound instead (bounds.go).
@@ -164,7 +166,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		creds: awsCfg.Credentials, region: awsCfg.Region,
 		publicEndpoint: pub, pathStyle: cfg.PathStyle,
 		http: httpClient, presignInternal: s3.NewPresignClient(internal),
-		direct: directGets(cfg),
+		direct: directGets(cfg), dialer: dialer,
 	}, nil
 }
 

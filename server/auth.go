@@ -19,10 +19,7 @@ import (
 const SessionCookie = "ferry_session"
 
 const (
-	userKey = "ferry.user"
-	// bodyBytesKey: a handler that writes part of its body past gin's
-	// writer (the download proxy's splice) sets the body's true size.
-	bodyBytesKey  = "ferry.body_bytes"
+	userKey       = "ferry.user"
 	serviceKeyKey = "ferry.service_key"
 )
 

@@ -75,6 +75,11 @@ func newHTTPMetrics(reg prometheus.Registerer) *httpMetrics {
 	return m
 }
 
+// bodyBytesKey is set by a handler that writes part of its body past
+// gin's writer (the download proxy's splice), to the body's true size,
+// which accessLog logs instead of gin's count.
+const bodyBytesKey = "ferry.body_bytes"
+
 // accessLog writes one JSON line per request and records the metrics.
 // Routes are labelled by their template (/uploads/:id), never the raw path,
 // so metric cardinality stays bounded.
