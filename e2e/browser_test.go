@@ -735,9 +735,13 @@ func TestBrowserDeclaredHashGivesFile(t *testing.T) {
 // 4 at once either way. Each of b.N rounds runs both; it reports the
 // median ratio of their times (target ≥ 0.9) and where the UI's time goes:
 // its stages, and the CPU seconds each process spent. A second baseline
-// PUTs the parts with their CRC32Cs (computed beforehand) for S3 to check,
-// and a third leg sends the bare file through the SDK with skipHash: the
-// UI's path without the SHA-256, which is what the client's hash costs.
+// PUTs the parts with their CRC32Cs (computed beforehand) for S3 to check;
+// a third also completes that upload and waits for success, so it pays
+// S3's CompleteMultipartUpload as the UI does (ui/bare-completed) while
+// reading and hashing nothing in the page; and a last leg sends the bare
+// file through the SDK with skipHash: the UI's path without the SHA-256,
+// which is what the client's hash costs. ui-puts/bare compares the UI up
+// to its last PUT's answer with the bare PUTs.
 // FERRY_BENCH_UPLINK (MiB/s) limits the page's upload rate, as a real link
 // would; by default the page sends as fast as the loopback goes.
 //
@@ -762,14 +766,18 @@ func BenchmarkBrowserUpload(b *testing.B) {
 	}
 	var res struct {
 		Runs []struct {
-			Raw       float64            `json:"raw"`
-			RawCRC    float64            `json:"rawCRC"`
-			UI        map[string]float64 `json:"ui"`
-			SkipHash  float64            `json:"skipHash"`
-			RawCPU    map[string]float64 `json:"rawCPU"`
-			RawCRCCPU map[string]float64 `json:"rawCRCCPU"`
-			UICPU     map[string]float64 `json:"uiCPU"`
-			SkipCPU   map[string]float64 `json:"skipHashCPU"`
+			Raw     float64 `json:"raw"`
+			RawCRC  float64 `json:"rawCRC"`
+			RawDone struct {
+				LastPut, Completed, Total float64
+			} `json:"rawDone"`
+			UI         map[string]float64 `json:"ui"`
+			SkipHash   float64            `json:"skipHash"`
+			RawCPU     map[string]float64 `json:"rawCPU"`
+			RawCRCCPU  map[string]float64 `json:"rawCRCCPU"`
+			RawDoneCPU map[string]float64 `json:"rawDoneCPU"`
+			UICPU      map[string]float64 `json:"uiCPU"`
+			SkipCPU    map[string]float64 `json:"skipHashCPU"`
 		} `json:"runs"`
 	}
 	b.ResetTimer()
@@ -788,16 +796,25 @@ func BenchmarkBrowserUpload(b *testing.B) {
 	// One line per round: go test keeps only the first lines of a
 	// benchmark's log.
 	for i, r := range res.Runs {
-		b.Logf("round %d: bare PUTs %.0f ms (%.0f MiB/s), with CRC32Cs %.0f ms (%.0f MiB/s), UI %.0f ms (%.0f MiB/s), ratio %.2f (%.2f to the CRC32C PUTs); "+
+		b.Logf("round %d: bare PUTs %.0f ms (%.0f MiB/s), with CRC32Cs %.0f ms (%.0f MiB/s), "+
+			"with CRC32Cs and complete %.0f ms (%.0f MiB/s; last PUT done %.0f, complete answered %.0f), "+
+			"UI %.0f ms (%.0f MiB/s), ratio %.2f (%.2f to the CRC32C PUTs, %.2f to the completed ones); "+
 			"UI stages (ms from choosing the file): ferry answered POST /uploads %.0f, first PUT %.0f, SHA-256 declared %.0f, last PUT done %.0f, "+
 			"complete sent %.0f, answered %.0f, success %.0f; %.0f PUTs, %.0f presigns; SDK with skipHash %.0f ms (ratio %.2f). "+
-			"CPU seconds: bare PUTs %v; with CRC32Cs %v; UI %v; skipHash %v",
-			i+1, r.Raw, mibps(r.Raw), r.RawCRC, mibps(r.RawCRC), r.UI["total"], mibps(r.UI["total"]), r.Raw/r.UI["total"], r.RawCRC/r.UI["total"],
+			"CPU seconds: bare PUTs %v; with CRC32Cs %v; with CRC32Cs and complete %v; UI %v; skipHash %v",
+			i+1, r.Raw, mibps(r.Raw), r.RawCRC, mibps(r.RawCRC),
+			r.RawDone.Total, mibps(r.RawDone.Total), r.RawDone.LastPut, r.RawDone.Completed,
+			r.UI["total"], mibps(r.UI["total"]), r.Raw/r.UI["total"], r.RawCRC/r.UI["total"], r.RawDone.Total/r.UI["total"],
 			r.UI["init"], r.UI["firstPut"], r.UI["declared"], r.UI["lastPut"], r.UI["completeSent"], r.UI["completed"], r.UI["total"], r.UI["puts"], r.UI["presigns"],
-			r.SkipHash, r.Raw/r.SkipHash, r.RawCPU, r.RawCRCCPU, r.UICPU, r.SkipCPU)
+			r.SkipHash, r.Raw/r.SkipHash, r.RawCPU, r.RawCRCCPU, r.RawDoneCPU, r.UICPU, r.SkipCPU)
 	}
 	b.ReportMetric(median(func(i int) float64 { return res.Runs[i].Raw / res.Runs[i].UI["total"] }), "ui/bare")
 	b.ReportMetric(median(func(i int) float64 { return res.Runs[i].RawCRC / res.Runs[i].UI["total"] }), "ui/bare-crc32c")
+	b.ReportMetric(median(func(i int) float64 { return res.Runs[i].RawDone.Total / res.Runs[i].UI["total"] }), "ui/bare-completed")
+	// Up to the last PUT's answer, against the bare PUTs': what reading and
+	// hashing in the page cost, without S3's CompleteMultipartUpload.
+	b.ReportMetric(median(func(i int) float64 { return res.Runs[i].Raw / res.Runs[i].UI["lastPut"] }), "ui-puts/bare")
+	b.ReportMetric(median(func(i int) float64 { return res.Runs[i].RawDone.Total - res.Runs[i].RawDone.LastPut }), "bare-ms-after-last-put")
 	b.ReportMetric(median(func(i int) float64 { return res.Runs[i].Raw / res.Runs[i].SkipHash }), "skiphash/bare")
 	b.ReportMetric(median(func(i int) float64 { return mibps(res.Runs[i].UI["total"]) }), "ui-MiB/s")
 	b.ReportMetric(median(func(i int) float64 { return mibps(res.Runs[i].Raw) }), "bare-MiB/s")

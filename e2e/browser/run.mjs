@@ -488,8 +488,11 @@ const scenarios = {
 
   // The benchmark: the same 256 MiB sent from the same page as bare part
   // PUTs (no hashing: presigned up front, 8 MiB parts, 4 at once, like the
-  // SDK), once without checksums and once with each part's CRC32C
-  // (computed here beforehand) for S3 to check, and through the UI
+  // SDK), once without checksums, once with each part's CRC32C (computed
+  // here beforehand) for S3 to check, and once more with the CRC32Cs and
+  // then complete (the whole file's CRC32C, also computed here) and the
+  // wait for success: an upload that reads and hashes nothing, which
+  // pays S3's CompleteMultipartUpload as the UI does; and through the UI
   // (hashing in the worker, CRC32C-checked parts, complete, S3's check of
   // the whole file, success), and through the SDK with skipHash (the same
   // without the SHA-256: what the client's hash costs). Runs alternate;
@@ -503,6 +506,7 @@ const scenarios = {
     const rawData = readFileSync(cfg.raw)
     const crcs = {}
     for (let n = 1; (n - 1) * 8 * MiB < rawData.length; n++) crcs[n] = crc32c(rawData.subarray((n - 1) * 8 * MiB, n * 8 * MiB))
+    const wholeCRC = crc32c(rawData)
     await page.evaluate(() => {
       document.body.append(Object.assign(document.createElement('input'), { type: 'file', id: 'raw' }))
       performance.setResourceTimingBufferSize(10000)
@@ -522,6 +526,9 @@ const scenarios = {
       cpu = cpuTimes()
       const rawCRC = await page.evaluate(rawPuts, { concurrency: 4, partSize: 8 * MiB, crcs })
       const rawCRCCPU = cpuSince(cpu)
+      cpu = cpuTimes()
+      const rawDone = await page.evaluate(rawPuts, { concurrency: 4, partSize: 8 * MiB, crcs, complete: wholeCRC })
+      const rawDoneCPU = cpuSince(cpu)
       await page.evaluate(() => { performance.clearResourceTimings(); window.benchStates = [] })
       cpu = cpuTimes()
       await page.locator('#file-input').setInputFiles(cfg.ui[i])
@@ -555,7 +562,7 @@ const scenarios = {
         return performance.now() - t0
       })
       const skipHashCPU = cpuSince(cpu)
-      runs.push({ raw, rawCRC, ui, skipHash, rawCPU, rawCRCCPU, uiCPU, skipHashCPU })
+      runs.push({ raw, rawCRC, rawDone, ui, skipHash, rawCPU, rawCRCCPU, rawDoneCPU, uiCPU, skipHashCPU })
       log(`run ${i + 1}: bare PUTs ${raw.toFixed(0)} ms, UI ${ui.total.toFixed(0)} ms, SDK skipHash ${skipHash.toFixed(0)} ms`, JSON.stringify({ ui, rawCPU, uiCPU }))
     }
     return { runs }
@@ -1089,8 +1096,12 @@ async function onOrigin(page, entry, fn) {
 // front (with the parts' CRC32Cs when crcs are given, so S3 checks them),
 // PUTs the parts from the file chosen in #raw (concurrency at once, with
 // XMLHttpRequest as the SDK does), and returns how long the PUTs took in
-// ms. The upload is then aborted.
-async function rawPuts({ concurrency, partSize, crcs }) {
+// ms. The upload is then aborted. With complete (the whole file's
+// CRC32C) it is completed instead and followed to success with the long
+// poll, as the SDK does, and the answer is {lastPut, completed, total}:
+// ms from the first PUT to the last PUT's answer, to complete's answer
+// and to success.
+async function rawPuts({ concurrency, partSize, crcs, complete }) {
   const file = document.getElementById('raw').files[0]
   const api = async (method, path, body) => {
     const r = await fetch(path, { method, headers: { 'Content-Type': 'application/json' }, body: body && JSON.stringify(body) })
@@ -1101,12 +1112,17 @@ async function rawPuts({ concurrency, partSize, crcs }) {
   if (crcs && up.checksum_algorithm !== 'CRC32C') throw new Error('the store does not check CRC32Cs')
   const nums = Array.from({ length: up.part_count }, (_, i) => i + 1)
   const { urls } = await api('POST', `/uploads/${up.upload_id}/presign`, { part_numbers: nums, checksum_crc32c: crcs })
+  const etags = {}
   const put = (n) => new Promise((resolve, reject) => {
     const u = urls[n]
     const xhr = new XMLHttpRequest()
     xhr.open('PUT', u.url)
     for (const [k, v] of Object.entries(u.headers || {})) xhr.setRequestHeader(k, v)
-    xhr.onload = () => (xhr.status === 200 ? resolve() : reject(new Error(`part ${n}: ${xhr.status}`)))
+    xhr.onload = () => {
+      if (xhr.status !== 200) return reject(new Error(`part ${n}: ${xhr.status}`))
+      etags[n] = xhr.getResponseHeader('ETag')
+      resolve()
+    }
     xhr.onerror = () => reject(new Error(`part ${n}: network error`))
     xhr.send(file.slice((n - 1) * partSize, Math.min(n * partSize, file.size)))
   })
@@ -1115,9 +1131,20 @@ async function rawPuts({ concurrency, partSize, crcs }) {
   await Promise.all(Array.from({ length: concurrency }, async () => {
     while (next < nums.length) await put(nums[next++])
   }))
-  const ms = performance.now() - t0
-  await api('DELETE', `/uploads/${up.upload_id}`)
-  return ms
+  const lastPut = performance.now() - t0
+  if (!complete) {
+    await api('DELETE', `/uploads/${up.upload_id}`)
+    return lastPut
+  }
+  const parts = nums.map((n) => ({ part_number: n, etag: etags[n] }))
+  await api('POST', `/uploads/${up.upload_id}/complete`, { parts, checksum_crc32c: complete })
+  const completed = performance.now() - t0
+  for (let i = 0; i < 20; i++) {
+    const st = await api('GET', `/uploads/${up.upload_id}?wait=30s`)
+    if (st.state === 'success') return { total: performance.now() - t0, lastPut, completed }
+    if (st.state !== 'pending' && st.state !== 'merging') throw new Error('the bare upload ended ' + st.state)
+  }
+  throw new Error('the bare upload did not finish')
 }
 
 async function bundle(entry) {
