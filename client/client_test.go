@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -162,8 +163,9 @@ func (r *failingReader) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-// A download's copy asks the body for whole 256 KiB chunks (a GiB costs
-// 4,096 file writes, not io.Copy's 32,768), and when the body fails
+// A download's copy asks the body for whole copyChunk chunks (fewer
+// reads than io.Copy's 32 KiB), writes them to the file in writePiece
+// pieces (small page-cache folios: see writePiece), and when the body fails
 // mid-chunk, the file holds every byte that arrived and the hash covers
 // exactly those bytes, so a reconnection needs no second read of the file.
 func TestDownloadCopyHashesExactlyTheFile(t *testing.T) {
@@ -177,7 +179,8 @@ func TestDownloadCopyHashesExactlyTheFile(t *testing.T) {
 	}
 	defer f.Close()
 	st := &dlState{h: sha256.New()}
-	n, err := st.copy(f, src)
+	w := &pieceWriter{w: f}
+	n, err := st.copy(w, src)
 	if !errors.Is(err, cut) || n != int64(len(data)) {
 		t.Fatalf("copy = %d, %v; want %d, the body's error", n, err, len(data))
 	}
@@ -189,4 +192,18 @@ func TestDownloadCopyHashesExactlyTheFile(t *testing.T) {
 	if src.largest < copyChunk {
 		t.Fatalf("the copy asked for at most %d bytes a read, want chunks of %d", src.largest, copyChunk)
 	}
+	if w.largest != writePiece {
+		t.Fatalf("the largest write to the file was %d bytes, want %d", w.largest, writePiece)
+	}
+}
+
+// pieceWriter records the largest write it passes on.
+type pieceWriter struct {
+	w       io.Writer
+	largest int
+}
+
+func (p *pieceWriter) Write(b []byte) (int, error) {
+	p.largest = max(p.largest, len(b))
+	return p.w.Write(b)
 }
