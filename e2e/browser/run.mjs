@@ -7,6 +7,7 @@
 //
 //   FERRY_E2E='{"scenario":"ui-upload","url":…,"token":…,"file":…}' node run.mjs
 
+import { execFileSync } from 'node:child_process'
 import { createHash } from 'node:crypto'
 import { createServer } from 'node:http'
 import { mkdtempSync, readFileSync, readdirSync, rmSync, mkdirSync } from 'node:fs'
@@ -495,9 +496,10 @@ const scenarios = {
   // pays S3's CompleteMultipartUpload as the UI does; and through the UI
   // (hashing in the worker, CRC32C-checked parts, complete, S3's check of
   // the whole file, success), and through the SDK with skipHash (the same
-  // without the SHA-256: what the client's hash costs). Runs alternate;
-  // every UI run has a file of its own, since a second upload of the same
-  // content would be instant; skipHash never is, so it sends the bare file.
+  // without the SHA-256: what the client's hash costs). Runs alternate,
+  // each leg after a settle; every UI run has a file of its own, since a
+  // second upload of the same content would be instant; skipHash never
+  // is, so it sends the bare file.
   // cfg.uplink (MiB/s), when set, limits the page's upload rate, as a real
   // link would.
   async bench({ page }) {
@@ -520,16 +522,20 @@ const scenarios = {
     const runs = []
     for (let i = 0; i < cfg.ui.length; i++) {
       await page.locator('#raw').setInputFiles(cfg.raw)
+      await settle()
       let cpu = cpuTimes()
       const raw = await page.evaluate(rawPuts, { concurrency: 4, partSize: 8 * MiB })
       const rawCPU = cpuSince(cpu)
+      await settle()
       cpu = cpuTimes()
       const rawCRC = await page.evaluate(rawPuts, { concurrency: 4, partSize: 8 * MiB, crcs })
       const rawCRCCPU = cpuSince(cpu)
+      await settle()
       cpu = cpuTimes()
       const rawDone = await page.evaluate(rawPuts, { concurrency: 4, partSize: 8 * MiB, crcs, complete: wholeCRC })
       const rawDoneCPU = cpuSince(cpu)
       await page.evaluate(() => { performance.clearResourceTimings(); window.benchStates = [] })
+      await settle()
       cpu = cpuTimes()
       await page.locator('#file-input').setInputFiles(cfg.ui[i])
       const row = page.locator(`#uploads li[data-upload="${basename(cfg.ui[i])}"]`)
@@ -553,6 +559,7 @@ const scenarios = {
       }, cfg.s3)
       // After the UI's stages are read: this leg's requests would mix in.
       await page.locator('#raw').setInputFiles(cfg.raw)
+      await settle()
       cpu = cpuTimes()
       const skipHash = await page.evaluate(async () => {
         const { Ferry } = await import('/assets/ferry.js')
@@ -1101,6 +1108,19 @@ async function onOrigin(page, entry, fn) {
 // poll, as the SDK does, and the answer is {lastPut, completed, total}:
 // ms from the first PUT to the last PUT's answer, to complete's answer
 // and to success.
+// settle starts every leg of the benchmark from the same state, as
+// bench/ starts every case: the dirty pages the last leg left are written
+// back, and the memory it freed (an aborted upload's parts, a merge's)
+// has time to go back to a host that reclaims free guest pages. Without
+// it the first leg of a round always paid for fresh memory and the next
+// one reused the pages the first had just freed: on a 2-core VM the bare
+// PUTs, always first, took 1142-1411 ms and the CRC32C PUTs right after
+// them 736-971 ms, which flattered the UI's ratio to the bare PUTs.
+async function settle() {
+  execFileSync('sync')
+  await new Promise((resolve) => setTimeout(resolve, 3000))
+}
+
 async function rawPuts({ concurrency, partSize, crcs, complete }) {
   const file = document.getElementById('raw').files[0]
   const api = async (method, path, body) => {
