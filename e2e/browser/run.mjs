@@ -522,21 +522,19 @@ const scenarios = {
     const runs = []
     for (let i = 0; i < cfg.ui.length; i++) {
       await page.locator('#raw').setInputFiles(cfg.raw)
-      await settle()
-      let cpu = cpuTimes()
-      const raw = await page.evaluate(rawPuts, { concurrency: 4, partSize: 8 * MiB })
-      const rawCPU = cpuSince(cpu)
-      await settle()
-      cpu = cpuTimes()
-      const rawCRC = await page.evaluate(rawPuts, { concurrency: 4, partSize: 8 * MiB, crcs })
-      const rawCRCCPU = cpuSince(cpu)
-      await settle()
-      cpu = cpuTimes()
-      const rawDone = await page.evaluate(rawPuts, { concurrency: 4, partSize: 8 * MiB, crcs, complete: wholeCRC })
-      const rawDoneCPU = cpuSince(cpu)
+      // A bare leg: settled, then timed by the page, its CPU by /proc.
+      const bare = async (opts) => {
+        await settle()
+        const cpu = cpuTimes()
+        const out = await page.evaluate(rawPuts, { concurrency: 4, partSize: 8 * MiB, ...opts })
+        return [out, cpuSince(cpu)]
+      }
+      const [raw, rawCPU] = await bare({})
+      const [rawCRC, rawCRCCPU] = await bare({ crcs })
+      const [rawDone, rawDoneCPU] = await bare({ crcs, complete: wholeCRC })
       await page.evaluate(() => { performance.clearResourceTimings(); window.benchStates = [] })
       await settle()
-      cpu = cpuTimes()
+      let cpu = cpuTimes()
       await page.locator('#file-input').setInputFiles(cfg.ui[i])
       const row = page.locator(`#uploads li[data-upload="${basename(cfg.ui[i])}"]`)
       await row.waitFor()
@@ -1099,15 +1097,6 @@ async function onOrigin(page, entry, fn) {
   }
 }
 
-// rawPuts runs in the page: it opens an upload, signs every part URL up
-// front (with the parts' CRC32Cs when crcs are given, so S3 checks them),
-// PUTs the parts from the file chosen in #raw (concurrency at once, with
-// XMLHttpRequest as the SDK does), and returns how long the PUTs took in
-// ms. The upload is then aborted. With complete (the whole file's
-// CRC32C) it is completed instead and followed to success with the long
-// poll, as the SDK does, and the answer is {lastPut, completed, total}:
-// ms from the first PUT to the last PUT's answer, to complete's answer
-// and to success.
 // settle starts every leg of the benchmark from the same state, as
 // bench/ starts every case: the dirty pages the last leg left are written
 // back, and the memory it freed (an aborted upload's parts, a merge's)
@@ -1121,6 +1110,15 @@ async function settle() {
   await new Promise((resolve) => setTimeout(resolve, 3000))
 }
 
+// rawPuts runs in the page: it opens an upload, signs every part URL up
+// front (with the parts' CRC32Cs when crcs are given, so S3 checks them),
+// PUTs the parts from the file chosen in #raw (concurrency at once, with
+// XMLHttpRequest as the SDK does), and returns how long the PUTs took in
+// ms. The upload is then aborted. With complete (the whole file's
+// CRC32C) it is completed instead and followed to success with the long
+// poll, as the SDK does, and the answer is {lastPut, completed, total}:
+// ms from the first PUT to the last PUT's answer, to complete's answer
+// and to success.
 async function rawPuts({ concurrency, partSize, crcs, complete }) {
   const file = document.getElementById('raw').files[0]
   const api = async (method, path, body) => {
