@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -206,4 +207,100 @@ type pieceWriter struct {
 func (p *pieceWriter) Write(b []byte) (int, error) {
 	p.largest = max(p.largest, len(b))
 	return p.w.Write(b)
+}
+
+// servePeerDigest is servePeer for fixed content with a Repr-Digest field,
+// as ferry's proxy sends for a verified file.
+func servePeerDigest(data []byte, reprDigest string, requests *atomic.Int32) *httptest.Server {
+	return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests.Add(1)
+		sum := sha256.Sum256(data)
+		w.Header().Set("ETag", `"`+hex.EncodeToString(sum[:])+`"`)
+		w.Header().Set("Repr-Digest", reprDigest)
+		http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(data))
+	}))
+}
+
+// TestDownloadChecksCRC32C: when the server sends the CRC32C it computed
+// with the SHA-256 (Repr-Digest), the bytes are checked by it, a resumed
+// download checks its partial prefix too, and the SHA-256 reported is the
+// strong ETag's. A CRC32C that does not match fails even bytes whose
+// SHA-256 does, proving it is the check; DownloadOptions.SHA256 goes back
+// to hashing with SHA-256.
+func TestDownloadChecksCRC32C(t *testing.T) {
+	data := randomData(3*copyChunk + 4321)
+	sum := sha256.Sum256(data)
+	hexSum := hex.EncodeToString(sum[:])
+	crc := crc32cB64(crc32.Checksum(data, castagnoli))
+	wrong := crc32cB64(crc32.Checksum(data[1:], castagnoli))
+	ctx := context.Background()
+	var requests atomic.Int32
+
+	srv := servePeerDigest(data, "sha-512=:AAAA:, crc32c=:"+crc+":", &requests)
+	defer srv.Close()
+	out := filepath.Join(t.TempDir(), "f")
+	res, err := New(srv.URL, "").Download(ctx, srv.URL+"/x", out, DownloadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := os.ReadFile(out)
+	if !bytes.Equal(got, data) || res.CheckedBy != "crc32c" || res.SHA256 != hexSum {
+		t.Fatalf("equal=%v checkedBy=%q sha256=%s", bytes.Equal(got, data), res.CheckedBy, res.SHA256)
+	}
+
+	// A resumed download reads its partial prefix through the CRC32C: one
+	// damaged byte in it is caught.
+	for name, damage := range map[string]bool{"intact prefix": false, "damaged prefix": true} {
+		out := filepath.Join(t.TempDir(), "f")
+		prefix := bytes.Clone(data[:100_000])
+		if damage {
+			prefix[50_000] ^= 1
+		}
+		os.WriteFile(out+".part", prefix, 0o644)
+		writeMeta(out+".part.json", partialMeta{ETag: `"` + hexSum + `"`, Size: int64(len(data)), CRC32C: crc})
+		requests.Store(0)
+		res, err := New(srv.URL, "").Download(ctx, srv.URL+"/x", out, DownloadOptions{})
+		if damage {
+			if !errors.Is(err, ErrChecksum) {
+				t.Fatalf("%s: err = %v, want ErrChecksum", name, err)
+			}
+			continue
+		}
+		if err != nil || res.ResumedFrom != 100_000 || res.CheckedBy != "crc32c" || requests.Load() != 1 {
+			t.Fatalf("%s: %+v, %v, %d requests", name, res, err, requests.Load())
+		}
+	}
+
+	bad := servePeerDigest(data, "crc32c=:"+wrong+":", &requests)
+	defer bad.Close()
+	out = filepath.Join(t.TempDir(), "f")
+	if _, err := New(bad.URL, "").Download(ctx, bad.URL+"/x", out, DownloadOptions{}); !errors.Is(err, ErrChecksum) {
+		t.Fatalf("a CRC32C that does not match: err = %v, want ErrChecksum", err)
+	}
+	if _, err := os.Stat(out); err == nil {
+		t.Fatal("bytes that failed the CRC32C were left as the output")
+	}
+	res, err = New(bad.URL, "").Download(ctx, bad.URL+"/x", out, DownloadOptions{SHA256: true})
+	if err != nil || res.CheckedBy != "sha256" || res.SHA256 != hexSum {
+		t.Fatalf("SHA256 option: %+v, %v", res, err)
+	}
+}
+
+func TestReprCRC32C(t *testing.T) {
+	for in, want := range map[string]string{
+		"crc32c=:AAAAAA==:":                    "AAAAAA==",
+		"sha-256=:x:, crc32c=:q83vEg==:":       "q83vEg==",
+		"crc32c=:q83vEg==:;p=1":                "q83vEg==",
+		"crc32c=:AAAA:":                        "", // three bytes
+		"crc32c=AAAAAA==":                      "", // a token, not a byte sequence
+		"crc32=:AAAAAA==:":                     "",
+		"":                                     "",
+		"crc32c=:!!!!!!==:":                    "",
+		"crc32c=:AAAAAAAA:, crc32c=:AAAAAA==:": "AAAAAA==", // the last one counts
+		"crc32c=:AAAAAA==:, crc32c=:AAAAAAAA:": "",
+	} {
+		if got := reprCRC32C(in); got != want {
+			t.Errorf("reprCRC32C(%q) = %q, want %q", in, got, want)
+		}
+	}
 }

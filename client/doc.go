@@ -37,8 +37,10 @@
 //
 // Download resumes a partial file with Range and If-Range on the strong
 // ETag it saved, so a changed resource restarts cleanly (a 200 where a 206
-// was asked for is never spliced onto old bytes), and checks the SHA-256
-// at the end. Given DownloadOptions.Refresh, it renews a link ferry calls
+// was asked for is never spliced onto old bytes), and checks the whole
+// file at the end: against the CRC32C ferry computed with the SHA-256
+// (Repr-Digest) when it sends one, else against the strong ETag's
+// SHA-256 (DownloadOptions.SHA256 always uses SHA-256). Given DownloadOptions.Refresh, it renews a link ferry calls
 // expired and goes on; without it an expired link ends the download.
 //
 // # Exports

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -145,8 +146,8 @@ func (c *Client) Export(ctx context.Context, scope, out string, opts ExportOptio
 	}
 	m.finish()
 	if job.SHA256 != "" {
-		if sum, err := fileSHA256(out); err == nil && sum == job.SHA256 {
-			res.Download = &DownloadResult{Path: out, Size: job.Bytes, SHA256: sum}
+		if d, err := fileDigest(out, digestSHA256); err == nil && hex.EncodeToString(d) == job.SHA256 {
+			res.Download = &DownloadResult{Path: out, Size: job.Bytes, SHA256: job.SHA256, CheckedBy: digestSHA256}
 			return res, nil // already downloaded by an earlier run
 		}
 	}

@@ -3,6 +3,7 @@ package download
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -42,6 +43,10 @@ type Resource struct {
 	// (If-Match), so bytes changed behind ferry's back are never served
 	// under the SHA-256 ETag: the read fails instead, and is logged.
 	StoreETag string
+	// CRC32C, when set with SHA256, is the base64 CRC32C of the same
+	// bytes. It is sent as Repr-Digest (RFC 9530), so a client can check
+	// what it received without computing a SHA-256 of its own.
+	CRC32C string
 }
 
 // Resolver finds a downloadable resource for a user. It is called on every
@@ -327,6 +332,9 @@ func serveObject(rec *recorder, r *http.Request, res Resource, obj io.ReadSeeker
 	}
 	// Set, so ServeContent never reads the content to sniff a type.
 	h.Set("Content-Type", ct)
+	if d := reprDigest(res); d != "" {
+		h.Set("Repr-Digest", d)
+	}
 
 	modtime := res.ModTime.UTC().Truncate(time.Second)
 	cr := r.Clone(r.Context())
@@ -408,6 +416,26 @@ func strongETag(res Resource) string {
 		return `"` + res.SHA256 + `"`
 	}
 	return `"s3-` + strings.Trim(res.StoreETag, `"`) + `"`
+}
+
+// reprDigest is the Repr-Digest field (RFC 9530) of a verified resource
+// whose CRC32C ferry computed: a dictionary with one byte sequence,
+// crc32c=:AAAAAA==:. It describes the whole representation, so it is sent
+// with 206 answers too, and a resumed download checks the whole file.
+// crc32c is registered as deprecated for security uses; here it guards
+// against damage in transit and on the client's disk, as SHA-256 did, and
+// the strong ETag still names the content by its SHA-256.
+func reprDigest(res Resource) string {
+	if res.SHA256 == "" || !isCRC32C(res.CRC32C) {
+		return ""
+	}
+	return "crc32c=:" + res.CRC32C + ":"
+}
+
+// isCRC32C reports whether s is the base64 of four bytes.
+func isCRC32C(s string) bool {
+	b, err := base64.StdEncoding.DecodeString(s)
+	return err == nil && len(b) == 4
 }
 
 func isSHA256(s string) bool {

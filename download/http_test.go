@@ -2,6 +2,10 @@ package download_test
 
 import (
 	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/binary"
+	"hash/crc32"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -14,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ferry-io/ferry/download"
 	"github.com/ferry-io/ferry/internal/testenv"
 	"github.com/ferry-io/ferry/models"
 )
@@ -241,4 +246,53 @@ func problemCode(t *testing.T, r reply) string {
 		t.Fatalf("not a problem document (%v): %s", err, r.body)
 	}
 	return p.Code
+}
+
+// TestReprDigest: a verified resource whose CRC32C ferry computed carries
+// it as Repr-Digest (RFC 9530) on every answer that describes the whole
+// representation (200, 206 and HEAD), so a client can check its bytes
+// without a SHA-256 of its own. A resource without both (a file not
+// verified yet, tagged by its S3 ETag) gets none, and a malformed value is
+// never passed on.
+func TestReprDigest(t *testing.T) {
+	e := newEnv(t, testenv.NewDB(t, models.SQLite))
+	owner, _ := e.user("alice")
+	data := randomData(t, 70_000)
+	e.put("exp_digest", owner, data, "d.bin")
+	var b [4]byte
+	binary.BigEndian.PutUint32(b[:], crc32.Checksum(data, crc32.MakeTable(crc32.Castagnoli)))
+	crc := base64.StdEncoding.EncodeToString(b[:])
+	setRes := func(f func(*download.Resource)) {
+		e.res.mu.Lock()
+		defer e.res.mu.Unlock()
+		f(&e.res.items["exp_digest"].res)
+	}
+	url := e.link(e.svc, e.srv, "exp_digest", owner)
+
+	if r := do(t, "GET", url); r.header.Get("Repr-Digest") != "" {
+		t.Fatalf("Repr-Digest %q for a resource without a CRC32C", r.header.Get("Repr-Digest"))
+	}
+	setRes(func(r *download.Resource) { r.CRC32C = crc })
+	for _, c := range []struct {
+		method string
+		hdr    []string
+		status int
+	}{{"GET", nil, 200}, {"GET", []string{"Range", "bytes=1000-"}, 206}, {"HEAD", nil, 200}} {
+		r := do(t, c.method, url, c.hdr...)
+		if r.status != c.status || r.header.Get("Repr-Digest") != "crc32c=:"+crc+":" {
+			t.Fatalf("%s %v: status %d, Repr-Digest %q, want %d and crc32c=:%s:", c.method, c.hdr, r.status, r.header.Get("Repr-Digest"), c.status, crc)
+		}
+	}
+	setRes(func(r *download.Resource) { r.CRC32C = "not base64!" })
+	if r := do(t, "GET", url); r.status != 200 || r.header.Get("Repr-Digest") != "" {
+		t.Fatalf("malformed CRC32C: status %d, Repr-Digest %q", r.status, r.header.Get("Repr-Digest"))
+	}
+	info, err := e.store.Head(context.Background(), "objects/exp_digest")
+	if err != nil {
+		t.Fatal(err)
+	}
+	setRes(func(r *download.Resource) { r.CRC32C, r.SHA256, r.StoreETag = crc, "", info.ETag })
+	if r := do(t, "GET", url); r.status != 200 || r.header.Get("Repr-Digest") != "" {
+		t.Fatalf("unverified resource: status %d, Repr-Digest %q", r.status, r.header.Get("Repr-Digest"))
+	}
 }

@@ -271,8 +271,8 @@ func testenvFree(t *testing.T) string {
 }
 
 // `ferry download` interrupted with Ctrl-C exits 130 and leaves a partial
-// file; the same command resumes it with a range request and verifies the
-// SHA-256.
+// file; the same command resumes it with a range request and checks the
+// whole file against the CRC32C ferry computed with its SHA-256.
 func TestCLIDownloadInterruptedThenResumed(t *testing.T) {
 	f := Start(t, Options{})
 	_, tok := f.CreateUser("dave", false)
@@ -325,7 +325,7 @@ func TestCLIDownloadInterruptedThenResumed(t *testing.T) {
 		t.Fatalf("resume: %v\n%s", err, out)
 	}
 	done := last(jsonLines(t, out), "done")
-	if done == nil || done["sha256"] != sum || done["resumed_from"].(float64) <= 0 {
+	if done == nil || done["sha256"] != sum || done["checked_by"] != "crc32c" || done["resumed_from"].(float64) <= 0 {
 		t.Fatalf("resume result %v", done)
 	}
 	t.Logf("interrupted at %d bytes; resumed from %v", partial.Size(), done["resumed_from"])

@@ -68,6 +68,12 @@ func TestFilesThroughTheDownloadProxy(t *testing.T) {
 		if err != nil || dl.SHA256 != sum {
 			t.Fatalf("owner download: %+v %v", dl, err)
 		}
+		// A verified file's download carries the CRC32C the verify job
+		// computed with its SHA-256 (Repr-Digest), and the bytes were
+		// checked by it.
+		if dl.CheckedBy != "crc32c" {
+			t.Fatalf("owner download checked by %q, want crc32c", dl.CheckedBy)
+		}
 
 		// Bob can read it only through a message he can see.
 		var conv struct{ ID string }

@@ -68,9 +68,13 @@ type Blob struct {
 	// verify job: the cheap key by which Init tells a client that its
 	// content may be held.
 	HeadCRC32C *string `gorm:"column:head_crc32c"`
-	Refs       int
-	CreatedAt  time.Time
-	UpdatedAt  time.Time
+	// CRC32C is the base64 CRC32C of the whole object, recorded with
+	// SHA256 by the verify job; the download proxy sends it as
+	// Repr-Digest so a client can check its bytes cheaply.
+	CRC32C    *string `gorm:"column:crc32c"`
+	Refs      int
+	CreatedAt time.Time
+	UpdatedAt time.Time
 }
 
 // File is a file a user owns.

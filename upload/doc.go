@@ -62,7 +62,8 @@
 //     verified content of that size and head exists (InstantCandidate),
 //     so that clients hash a whole file only when an instant upload may
 //     come of it. The hint is never an answer: the SHA-256 and a proof
-//     decide.
+//     decide. The same read records the whole object's CRC32C, which the
+//     download proxy sends as Repr-Digest (StoredFile.CRC32C).
 //
 //   - U7: a periodic cleanup job expires idle uploads and aborts them in S3,
 //     aborts multipart uploads under uploads/ that no live row owns, purges

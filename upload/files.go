@@ -172,6 +172,10 @@ type StoredFile struct {
 	// download sends it as If-Match, so changed bytes are never served.
 	// Empty for blobs verified before ETags were kept.
 	ETag string
+	// CRC32C is the base64 CRC32C of the object, computed with its
+	// SHA-256 by the verify job; empty until then, and for blobs verified
+	// before it was kept.
+	CRC32C string
 }
 
 // Readable reports whether userID may be served the file's bytes on the
@@ -186,10 +190,11 @@ func (f StoredFile) Readable(userID string) bool { return f.UserID == userID || 
 func (s *Service) Stored(ctx context.Context, id string) (StoredFile, error) {
 	var row struct {
 		models.File
-		S3Key  string `gorm:"column:s3_key"`
-		S3ETag string `gorm:"column:s3_etag"`
+		S3Key  string  `gorm:"column:s3_key"`
+		S3ETag string  `gorm:"column:s3_etag"`
+		CRC32C *string `gorm:"column:crc32c"`
 	}
-	err := s.db.WithContext(ctx).Table("files").Select("files.*, blobs.s3_key, blobs.s3_etag").
+	err := s.db.WithContext(ctx).Table("files").Select("files.*, blobs.s3_key, blobs.s3_etag, blobs.crc32c").
 		Joins("JOIN blobs ON blobs.id = files.blob_id").Where("files.id = ?", id).Take(&row).Error
 	if errors.Is(err, gorm.ErrRecordNotFound) {
 		return StoredFile{}, errFileNotFound
@@ -199,7 +204,11 @@ func (s *Service) Stored(ctx context.Context, id string) (StoredFile, error) {
 	}
 	f := s.toFile(&row.File)
 	f.DownloadURL = ""
-	return StoredFile{File: f, UserID: row.UserID, Key: row.S3Key, ETag: row.S3ETag}, nil
+	sf := StoredFile{File: f, UserID: row.UserID, Key: row.S3Key, ETag: row.S3ETag}
+	if row.CRC32C != nil {
+		sf.CRC32C = *row.CRC32C
+	}
+	return sf, nil
 }
 
 // Owned checks that every id in ids is a file of userID, for chat

@@ -16,8 +16,13 @@ import (
 // headCRC32C is what a client sends as head_crc32c: the base64 big-endian
 // CRC32C of the first min(size, upload.HeadLength) bytes.
 func headCRC32C(data []byte) string {
+	return crc32cOf(data[:min(len(data), upload.HeadLength)])
+}
+
+// crc32cOf is the base64 big-endian CRC32C of data, as S3 spells it.
+func crc32cOf(data []byte) string {
 	var b [4]byte
-	binary.BigEndian.PutUint32(b[:], crc32.Checksum(data[:min(len(data), upload.HeadLength)], crc32.MakeTable(crc32.Castagnoli)))
+	binary.BigEndian.PutUint32(b[:], crc32.Checksum(data, crc32.MakeTable(crc32.Castagnoli)))
 	return base64.StdEncoding.EncodeToString(b[:])
 }
 
@@ -52,6 +57,11 @@ func TestInstantCandidateByHead(t *testing.T) {
 		e.waitVerified("usr_a", st.UploadID, 30*time.Second)
 		if n := e.count("blobs", "head_crc32c = ?", headCRC32C(data)); n != 1 {
 			t.Fatalf("blobs with the file's head = %d, want 1", n)
+		}
+		// The same read recorded the whole object's CRC32C, which the
+		// download proxy sends as Repr-Digest.
+		if n := e.count("blobs", "crc32c = ?", crc32cOf(data)); n != 1 {
+			t.Fatalf("blobs with the file's CRC32C = %d, want 1", n)
 		}
 
 		// Same size, same head, other bytes after it: still a candidate

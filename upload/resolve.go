@@ -47,6 +47,7 @@ func (r fileResolver) Resolve(ctx context.Context, id, userID string) (download.
 		ModTime: f.CreatedAt, StoreETag: f.ETag}
 	if f.SHA256Verified {
 		res.SHA256 = f.SHA256 // before that, the proxy tags the bytes with S3's ETag, not a claim
+		res.CRC32C = f.CRC32C
 	}
 	return res, nil
 }

@@ -340,6 +340,7 @@ func cmdDownload(args []string, stdout, stderr io.Writer) (int, error) {
 	var cf clientFlags
 	cf.register(flags)
 	out := flags.String("o", "", "the output `FILE` (required)")
+	withSHA := flags.Bool("sha256", false, "check the bytes with SHA-256 even when the server sends their CRC32C")
 	pos, err := parseInterspersed(flags, args)
 	if err != nil {
 		return exitUsage, usageError{err}
@@ -358,7 +359,7 @@ func cmdDownload(args []string, stdout, stderr io.Writer) (int, error) {
 	ctx, stop := interruptible()
 	defer stop()
 	rep := newReporter(stdout, cf, *out)
-	res, err := c.Download(ctx, pos[0], *out, client.DownloadOptions{Progress: rep.progress})
+	res, err := c.Download(ctx, pos[0], *out, client.DownloadOptions{Progress: rep.progress, SHA256: *withSHA})
 	if client.IsCode(err, client.CodeLinkExpired) {
 		// A bare link cannot be renewed from here; the partial file stays.
 		err = fmt.Errorf("%w; get a fresh link (download_url of GET /exports/{id} or GET /files/{id}) and run the same command with it to resume", err)
@@ -371,8 +372,8 @@ func cmdDownload(args []string, stdout, stderr io.Writer) (int, error) {
 	if res.ResumedFrom > 0 {
 		how = fmt.Sprintf("resumed at %s", human(res.ResumedFrom))
 	}
-	rep.done(map[string]any{"file": *out, "size": res.Size, "sha256": res.SHA256, "resumed_from": res.ResumedFrom, "restarted": res.Restarted},
-		fmt.Sprintf("%s: %s, %s, sha256 %s verified", *out, how, human(res.Size), res.SHA256))
+	rep.done(map[string]any{"file": *out, "size": res.Size, "sha256": res.SHA256, "checked_by": res.CheckedBy, "resumed_from": res.ResumedFrom, "restarted": res.Restarted},
+		fmt.Sprintf("%s: %s, %s, sha256 %s, checked by %s", *out, how, human(res.Size), res.SHA256, res.CheckedBy))
 	return exitOK, nil
 }
 
