@@ -22,19 +22,20 @@ import (
 
 // The cases, by the key results carry.
 const (
-	caseSDKUpload      = "sdk-upload"
-	caseSDKUploadCRC32 = "sdk-upload-crc32c"
-	caseSDKUploadMD5   = "sdk-upload-md5"
-	caseFerryUpload    = "ferry-upload"
-	caseFerryInstant   = "ferry-upload-instant"
-	caseTusdUpload     = "tusd-upload"
-	caseAWSCLIUpload   = "aws-s3-cp"
-	caseS3Get          = "s3-get"
-	caseFerryDownload  = "ferry-download"
+	caseSDKUpload        = "sdk-upload"
+	caseSDKUploadCRC32   = "sdk-upload-crc32c"
+	caseSDKUploadMD5     = "sdk-upload-md5"
+	caseFerryUpload      = "ferry-upload"
+	caseFerryInstant     = "ferry-upload-instant"
+	caseTusdUpload       = "tusd-upload"
+	caseAWSCLIUpload     = "aws-s3-cp"
+	caseS3Get            = "s3-get"
+	caseFerryDownload    = "ferry-download"
+	caseFerryDownloadSHA = "ferry-download-sha256"
 )
 
 // caseOrder lists the cases in the order of the table and the chart.
-var caseOrder = []string{caseSDKUpload, caseSDKUploadCRC32, caseSDKUploadMD5, caseFerryUpload, caseFerryInstant, caseTusdUpload, caseAWSCLIUpload, caseS3Get, caseFerryDownload}
+var caseOrder = []string{caseSDKUpload, caseSDKUploadCRC32, caseSDKUploadMD5, caseFerryUpload, caseFerryInstant, caseTusdUpload, caseAWSCLIUpload, caseS3Get, caseFerryDownload, caseFerryDownloadSHA}
 
 func caseTitle(c string) string {
 	switch c {
@@ -56,6 +57,8 @@ func caseTitle(c string) string {
 		return "direct S3 GET (ceiling)"
 	case caseFerryDownload:
 		return "`ferry download` (proxy)"
+	case caseFerryDownloadSHA:
+		return "`ferry download --sha256` (proxy, the CLI's own SHA-256)"
 	}
 	return c
 }
@@ -101,7 +104,8 @@ type result struct {
 	// had recorded the SHA-256 (both seconds, not per GiB).
 	ControlCPU, BackgroundCPU float64
 	// Checksum is the algorithm ferry's upload carried ("" for
-	// Content-MD5 parts without a full-object checksum).
+	// Content-MD5 parts without a full-object checksum), or the digest
+	// `ferry download` checked its file with (checked_by).
 	Checksum string
 	// Tool is the peer's own version line, for `aws s3 cp`.
 	Tool string
@@ -263,6 +267,8 @@ type cliEvent struct {
 	UploadID string `json:"upload_id"`
 	SHA256   string `json:"sha256"`
 	Error    string `json:"error"`
+	// CheckedBy is the digest a download was checked with.
+	CheckedBy string `json:"checked_by"`
 	// Instant and PartsSent say whether an upload transferred anything.
 	Instant   bool  `json:"instant"`
 	PartsSent int64 `json:"parts_sent"`
@@ -549,20 +555,26 @@ func (b *bench) waitVerified(ctx context.Context, w *window, fileID string) (mar
 }
 
 // ferryDownload runs `ferry download` of the uploaded file through
-// ferry's proxy. The transfer ends at the progress line with every byte
-// done; the rest is the client's SHA-256 check of the file.
-func (b *bench) ferryDownload(ctx context.Context, fileID string) (result, error) {
+// ferry's proxy; with sha, `ferry download --sha256`, which hashes the
+// bytes with SHA-256 instead of checking them by the CRC32C ferry sends.
+// The transfer ends at the progress line with every byte done; the rest is
+// the client's check of the file and its rename.
+func (b *bench) ferryDownload(ctx context.Context, fileID string, sha bool) (result, error) {
+	name, args := caseFerryDownload, []string{"download", "--json"}
+	if sha {
+		name, args = caseFerryDownloadSHA, append(args, "--sha256")
+	}
 	var f struct {
 		DownloadURL string `json:"download_url"` // absolute: ferry's public URL and the signed path
 	}
 	if err := b.api(ctx, http.MethodGet, "/files/"+fileID, &f); err != nil {
-		return result{Case: caseFerryDownload}, err
+		return result{Case: name}, err
 	}
 	path := filepath.Join(b.work, "ferry-download.bin")
 	defer os.Remove(path)
 	w, err := b.begin(ctx, b.ferry, b.ferryURL+"/metrics")
 	if err != nil {
-		return result{Case: caseFerryDownload}, err
+		return result{Case: name}, err
 	}
 	var transferred mark
 	var markErr error
@@ -570,9 +582,9 @@ func (b *bench) ferryDownload(ctx context.Context, fileID string) (result, error
 		if ev.Event == "progress" && ev.Total > 0 && ev.Done == ev.Total && transferred.at.IsZero() {
 			transferred, markErr = w.markNow(pid)
 		}
-	}, "download", "--json", f.DownloadURL, "-o", path)
+	}, append(args, f.DownloadURL, "-o", path)...)
 	end := time.Now()
-	r, m1, err2 := w.end(ctx, caseFerryDownload, b.o.size)
+	r, m1, err2 := w.end(ctx, name, b.o.size)
 	for _, e := range []error{err, err2, markErr} {
 		if e != nil {
 			return r, e
@@ -581,7 +593,7 @@ func (b *bench) ferryDownload(ctx context.Context, fileID string) (result, error
 	if done.SHA256 != b.sum {
 		return r, fmt.Errorf("ferry download verified sha256 %s, the file has %s", done.SHA256, b.sum)
 	}
-	r.ClientCPU = cpuOf(ps)
+	r.ClientCPU, r.Checksum = cpuOf(ps), done.CheckedBy
 	r.Requests = m1.delta(w.m0, "ferry_http_requests_total")
 	r.MetricBytes, r.MetricName = m1.delta(w.m0, "ferry_download_bytes_total"), "ferry_download_bytes_total"
 	if !transferred.at.IsZero() {

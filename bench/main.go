@@ -271,8 +271,10 @@ func (b *bench) runOnce(ctx context.Context, run int) ([]result, error) {
 	if err := add(b.s3Get(ctx, up.uploadID)); err != nil {
 		return out, err
 	}
-	if err := add(b.ferryDownload(ctx, up.fileID)); err != nil {
-		return out, err
+	for _, sha := range []bool{false, true} {
+		if err := add(b.ferryDownload(ctx, up.fileID, sha)); err != nil {
+			return out, err
+		}
 	}
 	r, again, err := b.ferryUploadInstant(ctx)
 	if err := add(r, err); err != nil {

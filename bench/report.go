@@ -405,17 +405,24 @@ func (rp report) verdicts() []verdict {
 			dlRatio, fd.MiBps, get.MiBps, dlTransferRatio, size/dlTransfer.Wall),
 		Met: dlRatio >= targetDownloadRatio,
 	}
+	if fd.Checksum != "" {
+		v4.Measured += fmt.Sprintf("; checked by %s", digestName(fd.Checksum))
+	}
+	if sha := rp.summarise(caseFerryDownloadSHA); sha.MiBps > 0 {
+		v4.Measured += fmt.Sprintf("; `--sha256`, the CLI hashing the bytes itself: %.2f× (%.1f MiB/s, CLI %.2f CPU s/GiB against %.2f)",
+			rp.vsCeiling(caseFerryDownloadSHA, result.mibps), sha.MiBps, sha.ClientCPUPerGiB, fd.ClientCPUPerGiB)
+	}
 	if !v4.Met {
 		why := fmt.Sprintf("`ferry serve` hands S3's socket to the client's (splice(2), for S3 over plain HTTP): %.3f CPU s/GiB, %.3f of it in the kernel. "+
-			"The rest is the CLI, which hashes every byte it writes with SHA-256 on a second goroutine (%.2f CPU s/GiB against %.2f for the direct GET's client, which checks nothing)",
-			fd.CPUPerGiB, fd.SysPerGiB, fd.ClientCPUPerGiB, get.ClientCPUPerGiB)
-		if r := rp.Machine.SHA256GBps; r > 0 {
+			"The rest is the CLI, which checks every byte it writes with %s on a second goroutine (%.2f CPU s/GiB against %.2f for the direct GET's client, which checks nothing)",
+			fd.CPUPerGiB, fd.SysPerGiB, digestName(fd.Checksum), fd.ClientCPUPerGiB, get.ClientCPUPerGiB)
+		if r := rp.Machine.SHA256GBps; r > 0 && fd.Checksum != "crc32c" {
 			why += fmt.Sprintf("; the hash alone is %.2f s per GiB at %.2f GB/s on one core here", float64(1<<30)/(r*1e9), r)
 		}
 		why += fmt.Sprintf(". All of ferry's download took %.2f CPU s/GiB on the %d cores it shared with S3, so at least %.2f s per GiB, against %.2f s for the whole direct GET (%.2f CPU s/GiB); "+
 			"%.2f cores were busy against %.2f. ", fd.AllCPUPerGiB, cores, fd.AllCPUPerGiB/float64(cores), float64(1<<10)/get.MiBps, get.AllCPUPerGiB, fd.Busy, get.Busy)
-		v4.Why = append(v4.Why, why+"What would close the gap is less CPU in the CLI: splicing the socket into the file and hashing the file's pages in place "+
-			"would drop its two user-space copies; or a cheaper digest than SHA-256, a check ferry's CLI does not trade away. The proxy alone: BenchmarkProxyVsDirect in download/.")
+		v4.Why = append(v4.Why, why+"What would close the gap is less CPU in the CLI: splicing the socket into the file and checking the file's pages in place "+
+			"would drop its two user-space copies. The proxy alone: BenchmarkProxyVsDirect in download/.")
 	}
 	v4.Why = append(v4.Why, "The memory half of this target (RSS < 128 MiB with 32 concurrent downloads) is measured by BenchmarkConcurrent32 in download/, not by this program.")
 
@@ -447,6 +454,15 @@ func (rp report) verdicts() []verdict {
 	return []verdict{v1, v2, v3, v4, v5}
 }
 
+// digestName is how the report names the digest `ferry download` checked
+// its file with (its checked_by).
+func digestName(checkedBy string) string {
+	if checkedBy == "crc32c" {
+		return "the CRC32C ferry sends in Repr-Digest"
+	}
+	return "SHA-256"
+}
+
 // phasesTable splits the ferry upload and download into their phases.
 func (rp report) phasesTable() string {
 	var b strings.Builder
@@ -458,7 +474,7 @@ func (rp report) phasesTable() string {
 		"sha256": fmt.Sprintf("after success, in the background: the verify job reads the object back through SHA-256 (%.2f s in the job); the client has its answer already",
 			fu.VerifySeconds),
 		"download": "the proxied GET, S3 → `ferry serve` → CLI → file",
-		"verify":   "the CLI compares the SHA-256 it took while writing with the ETag, and renames the file",
+		"verify":   fmt.Sprintf("the CLI compares the %s it took while writing with the server's, and renames the file", digestName(rp.summarise(caseFerryDownload).Checksum)),
 	}
 	header := func(kind string) {
 		fmt.Fprintf(&b, "| %s phase | what happens | wall s | `ferry serve` CPU s/GiB | `ferry serve` bytes read/GiB | CLI CPU s/GiB | S3 CPU s/GiB | cores busy |\n", kind)
