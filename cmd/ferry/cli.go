@@ -346,7 +346,7 @@ func cmdDownload(args []string, stdout, stderr io.Writer) (int, error) {
 		return exitUsage, usageError{err}
 	}
 	if len(pos) != 1 || *out == "" {
-		return exitUsage, usageError{errors.New("usage: ferry download URL -o FILE")}
+		return exitUsage, usageError{errors.New("usage: ferry download [--sha256] URL -o FILE")}
 	}
 	base := cf.server
 	if base == "" && !strings.HasPrefix(pos[0], "/") {

@@ -60,7 +60,7 @@ func commands() []command {
 
 		{name: "upload", args: "[--concurrency N] [--type CONTENT-TYPE] [--ticket TICKET] [--meta KEY=VALUE]... [--no-instant] FILE...", client: true,
 			summary: "upload files (resumes an interrupted upload of the same content)", run: cmdUpload},
-		{name: "download", args: "URL -o FILE", client: true,
+		{name: "download", args: "[--sha256] URL -o FILE", client: true,
 			summary: "download a ferry link, resuming a partial FILE", run: cmdDownload},
 		{name: "export", args: "[--scope all|conv:ID] -o FILE [--new]", client: true,
 			summary: "export your chat history and download it", run: cmdExport},

@@ -27,7 +27,8 @@
 //
 //	ferry upload [--concurrency N] [--type CONTENT-TYPE] [--ticket TICKET] [--meta KEY=VALUE]... [--no-instant] FILE...
 //	                                upload files (resumes an interrupted upload of the same content)
-//	ferry download URL -o FILE      download a ferry link, resuming a partial FILE
+//	ferry download [--sha256] URL -o FILE
+//	                                download a ferry link, resuming a partial FILE
 //	ferry export [--scope all|conv:ID] -o FILE [--new]
 //	                                export your chat history and download it
 //
