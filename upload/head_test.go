@@ -113,3 +113,35 @@ func TestInstantCandidateByHead(t *testing.T) {
 		}
 	})
 }
+
+// TestVerifyRecordsTheObjectCRC32C: the verify job records the whole
+// object's CRC32C with its SHA-256, Stored hands it to the download
+// proxy, and a blob verified before blobs kept their CRC32Cs gets them
+// when a later upload of its content is verified and shares it.
+func TestVerifyRecordsTheObjectCRC32C(t *testing.T) {
+	testenv.ForEachDB(t, func(t *testing.T, db *testenv.DB) {
+		e := newEnv(t, db, nil)
+		e.run(t, 5*time.Second)
+		ctx := context.Background()
+		data := randomBytes(upload.HeadLength + 2*mib + 7)
+		first := newClient(t, e, "usr_a").uploadAll("a.bin", data, false)
+		e.waitVerified("usr_a", first.UploadID, 30*time.Second)
+		f, err := e.svc.Stored(ctx, e.waitDone("usr_a", first.UploadID, time.Second).FileID)
+		if err != nil || f.CRC32C != crc32cOf(data) {
+			t.Fatalf("stored file CRC32C %q, %v; want %q", f.CRC32C, err, crc32cOf(data))
+		}
+
+		// As if verified before migration 0019 (and 0018).
+		if err := e.db.Exec("UPDATE blobs SET crc32c = NULL, head_crc32c = NULL").Error; err != nil {
+			t.Fatal(err)
+		}
+		second := newClient(t, e, "usr_b").uploadAll("b.bin", data, false)
+		e.waitVerified("usr_b", second.UploadID, 30*time.Second)
+		if n := e.count("blobs", "1 = 1"); n != 1 {
+			t.Fatalf("%d blobs, want the second upload to share the first's", n)
+		}
+		if n := e.count("blobs", "crc32c = ? AND head_crc32c = ?", crc32cOf(data), headCRC32C(data)); n != 1 {
+			t.Fatal("the shared blob did not get its CRC32Cs back")
+		}
+	})
+}
