@@ -6,6 +6,10 @@ import (
 	"github.com/ferry-io/ferry/jobs"
 )
 
+// VerifyChunk is how many bytes verification reads between its progress
+// reports, so tests can count the reports a file makes.
+const VerifyChunk = verifyChunk
+
 // VerifyObject exposes the merge's verification read to benchmarks, so
 // they can time it against a plain GetObject of the same object.
 func (s *Service) VerifyObject(ctx context.Context, key string) (string, int64, error) {

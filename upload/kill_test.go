@@ -176,7 +176,7 @@ func TestLongVerificationKeepsItsLease(t *testing.T) {
 			}
 		})
 		c := newClient(t, e, "usr_a")
-		data := randomBytes(2*5*mib + 1)
+		data := randomBytes(10*upload.VerifyChunk + 1) // 11 chunks
 		st := c.uploadAll("slow.bin", data, true)
 		// A lease of 2s with a heartbeat every 2/3s leaves room for a busy
 		// machine (SQLite write waits, -race) without losing the lease.
