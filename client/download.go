@@ -200,14 +200,16 @@ func (c *Client) Download(ctx context.Context, url, path string, opts DownloadOp
 	} else if digest, err = fileDigest(partPath, alg); err != nil {
 		return nil, err
 	}
-	sum := hex.EncodeToString(digest)
-	got, want := sum, ""
+	etagSum := ""
 	if m := strongETag.FindStringSubmatch(meta.ETag); m != nil {
-		want = m[1]
+		etagSum = m[1]
 	}
+	sum := hex.EncodeToString(digest)
+	got, want := sum, etagSum
 	if alg == digestCRC32C {
-		got, want = base64.StdEncoding.EncodeToString(digest), meta.CRC32C
-		sum = strongETag.FindStringSubmatch(meta.ETag)[1] // the server's, now matched by the bytes
+		// The SHA-256 reported is the server's, once the bytes match its
+		// CRC32C (digestFor chose CRC32C only beside a SHA-256 ETag).
+		got, want, sum = base64.StdEncoding.EncodeToString(digest), meta.CRC32C, etagSum
 	}
 	if want != "" && got != want {
 		os.Remove(partPath)

@@ -3,11 +3,8 @@ package download_test
 import (
 	"bytes"
 	"context"
-	"encoding/base64"
-	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"mime"
 	"mime/multipart"
@@ -21,6 +18,7 @@ import (
 	"github.com/ferry-io/ferry/download"
 	"github.com/ferry-io/ferry/internal/testenv"
 	"github.com/ferry-io/ferry/models"
+	"github.com/ferry-io/ferry/s3store"
 )
 
 // want describes an expected answer. spans are the byte ranges of the body
@@ -259,9 +257,7 @@ func TestReprDigest(t *testing.T) {
 	owner, _ := e.user("alice")
 	data := randomData(t, 70_000)
 	e.put("exp_digest", owner, data, "d.bin")
-	var b [4]byte
-	binary.BigEndian.PutUint32(b[:], crc32.Checksum(data, crc32.MakeTable(crc32.Castagnoli)))
-	crc := base64.StdEncoding.EncodeToString(b[:])
+	crc := s3store.CRC32C(data)
 	setRes := func(f func(*download.Resource)) {
 		e.res.mu.Lock()
 		defer e.res.mu.Unlock()

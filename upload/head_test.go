@@ -2,28 +2,19 @@ package upload_test
 
 import (
 	"context"
-	"encoding/base64"
-	"encoding/binary"
-	"hash/crc32"
 	"testing"
 	"time"
 
 	"github.com/ferry-io/ferry/errkind"
 	"github.com/ferry-io/ferry/internal/testenv"
+	"github.com/ferry-io/ferry/s3store"
 	"github.com/ferry-io/ferry/upload"
 )
 
 // headCRC32C is what a client sends as head_crc32c: the base64 big-endian
 // CRC32C of the first min(size, upload.HeadLength) bytes.
 func headCRC32C(data []byte) string {
-	return crc32cOf(data[:min(len(data), upload.HeadLength)])
-}
-
-// crc32cOf is the base64 big-endian CRC32C of data, as S3 spells it.
-func crc32cOf(data []byte) string {
-	var b [4]byte
-	binary.BigEndian.PutUint32(b[:], crc32.Checksum(data, crc32.MakeTable(crc32.Castagnoli)))
-	return base64.StdEncoding.EncodeToString(b[:])
+	return s3store.CRC32C(data[:min(len(data), upload.HeadLength)])
 }
 
 // TestInstantCandidateByHead: a client that sends the head CRC32C of its
@@ -60,7 +51,7 @@ func TestInstantCandidateByHead(t *testing.T) {
 		}
 		// The same read recorded the whole object's CRC32C, which the
 		// download proxy sends as Repr-Digest.
-		if n := e.count("blobs", "crc32c = ?", crc32cOf(data)); n != 1 {
+		if n := e.count("blobs", "crc32c = ?", s3store.CRC32C(data)); n != 1 {
 			t.Fatalf("blobs with the file's CRC32C = %d, want 1", n)
 		}
 
@@ -127,8 +118,8 @@ func TestVerifyRecordsTheObjectCRC32C(t *testing.T) {
 		first := newClient(t, e, "usr_a").uploadAll("a.bin", data, false)
 		e.waitVerified("usr_a", first.UploadID, 30*time.Second)
 		f, err := e.svc.Stored(ctx, e.waitDone("usr_a", first.UploadID, time.Second).FileID)
-		if err != nil || f.CRC32C != crc32cOf(data) {
-			t.Fatalf("stored file CRC32C %q, %v; want %q", f.CRC32C, err, crc32cOf(data))
+		if err != nil || f.CRC32C != s3store.CRC32C(data) {
+			t.Fatalf("stored file CRC32C %q, %v; want %q", f.CRC32C, err, s3store.CRC32C(data))
 		}
 
 		// As if verified before migration 0019 (and 0018).
@@ -140,7 +131,7 @@ func TestVerifyRecordsTheObjectCRC32C(t *testing.T) {
 		if n := e.count("blobs", "1 = 1"); n != 1 {
 			t.Fatalf("%d blobs, want the second upload to share the first's", n)
 		}
-		if n := e.count("blobs", "crc32c = ? AND head_crc32c = ?", crc32cOf(data), headCRC32C(data)); n != 1 {
+		if n := e.count("blobs", "crc32c = ? AND head_crc32c = ?", s3store.CRC32C(data), headCRC32C(data)); n != 1 {
 			t.Fatal("the shared blob did not get its CRC32Cs back")
 		}
 	})
