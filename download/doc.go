@@ -15,9 +15,9 @@
 // 304 or a 416 costs no S3 request, and each range one ranged GET. The
 // strong ETag is the content's SHA-256, so a resumed download (Range with
 // If-Range) never splices bytes of two different contents. A resource
-// that carries its CRC32C (Resource.CRC32C: a verified upload) sends it
-// as Repr-Digest (RFC 9530), a cheaper check for the client than its own
-// SHA-256. A GET that will
+// that carries its CRC32C (Resource.CRC32C: a verified upload, or an
+// export done since ferry records it) sends it as Repr-Digest (RFC 9530),
+// a cheaper check for the client than its own SHA-256. A GET that will
 // send bytes makes its first ranged GET before any header goes out: an
 // object missing from the bucket is a 500 problem (503 when S3 is
 // unreachable), logged and counted as such, never a 200 whose body stops

@@ -37,7 +37,9 @@
 // assembled while later shards are still being made, from the bytes just
 // generated or verified, never read back. The stages of a run (generate,
 // record, put, assemble) are pipelined; pipeline.go says how and what
-// bounds them. The artifact's SHA-256 and size are recorded with the state
+// bounds them. The artifact's SHA-256, CRC32C (which the download proxy
+// sends as Repr-Digest, so a client checks the artifact without a SHA-256
+// of its own) and size are recorded with the state
 // change to done and the export.completed outbox row in one transaction,
 // which also finishes the job. Shard objects are deleted afterwards when configured.
 //

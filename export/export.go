@@ -491,7 +491,10 @@ type Artifact struct {
 	State    string
 	Key      string // object key; empty unless done
 	SHA256   string
-	Bytes    int64
+	// CRC32C is the artifact's base64 CRC32C; empty for exports done
+	// before ferry recorded it.
+	CRC32C string
+	Bytes  int64
 	// FinishedAt is when the artifact was completed (its Last-Modified).
 	FinishedAt time.Time
 }
@@ -506,6 +509,9 @@ func (s *Service) Artifact(ctx context.Context, id string) (Artifact, error) {
 	a := Artifact{ExportID: e.ID, UserID: e.UserID, State: s.state(e)}
 	if a.State == StateDone && e.ArtifactKey != nil && e.SHA256 != nil && e.Bytes != nil {
 		a.Key, a.SHA256, a.Bytes = *e.ArtifactKey, *e.SHA256, *e.Bytes
+		if e.CRC32C != nil {
+			a.CRC32C = *e.CRC32C
+		}
 	}
 	if e.FinishedAt != nil {
 		a.FinishedAt = *e.FinishedAt

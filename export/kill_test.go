@@ -159,7 +159,7 @@ func TestKilledExportResumes(t *testing.T) {
 		if len(all) != count || done.Runs < runs {
 			t.Fatalf("%d shard writes for %d shards over %d runs (recorded %d)", len(all), count, runs, done.Runs)
 		}
-		if *done.SHA256 != *xr.SHA256 || *done.Bytes != *xr.Bytes ||
+		if *done.SHA256 != *xr.SHA256 || *done.Bytes != *xr.Bytes || done.CRC32C == nil || xr.CRC32C == nil || *done.CRC32C != *xr.CRC32C ||
 			!bytes.Equal(object(t, store.Bucket(), artifactKey(victim.ID)), object(t, store.Bucket(), artifactKey(ref.ID))) {
 			t.Fatalf("artifact after %d crashes differs from the uninterrupted one: %s vs %s", runs-1, *done.SHA256, *xr.SHA256)
 		}

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"hash"
+	"hash/crc32"
 	"io"
 	"log/slog"
 	"strings"
@@ -79,19 +80,19 @@ type pendingShard struct {
 // recorded bytes and assembles the artifact from them, returning its
 // SHA-256 and size. The artifact becomes visible only when every stage
 // ended well; anything else discards what was written of it.
-func (s *Service) build(ctx context.Context, e models.Export, count int, st *runStats, log *slog.Logger) (string, int64, error) {
+func (s *Service) build(ctx context.Context, e models.Export, count int, st *runStats, log *slog.Logger) (built, error) {
 	// Uploads a killed run left unfinished would linger until the
 	// bucket's lifecycle rule; abort them now.
 	stale, err := s.store.ListMultipartUploads(ctx, prefix(e.ID))
 	if err != nil {
-		return "", 0, err
+		return built{}, err
 	}
 	for _, u := range stale {
 		if err := s.store.AbortMultipart(ctx, u.Key, u.UploadID); err != nil {
-			return "", 0, err
+			return built{}, err
 		}
 	}
-	var sum string
+	var b built
 	size, err := s.store.WriteObject(ctx, artifactKey(e.ID), "application/gzip", s.opts.PartSize, func(w io.Writer) error {
 		asm, err := s.newAssembler(e, w)
 		if err != nil {
@@ -100,13 +101,21 @@ func (s *Service) build(ctx context.Context, e models.Export, count int, st *run
 		if err := s.pipeline(ctx, e, asm, st, log); err != nil {
 			return err
 		}
-		sum, err = asm.close(count)
+		b, err = asm.close(count)
 		return err
 	})
 	if err != nil {
-		return "", 0, err
+		return built{}, err
 	}
-	return sum, size, nil
+	b.size = size
+	return b, nil
+}
+
+// built is what a run wrote: the artifact's SHA-256 (hex) and CRC32C
+// (base64, which the download proxy sends as Repr-Digest), and its size.
+type built struct {
+	sha256, crc32c string
+	size           int64
 }
 
 // pipeline runs the four stages until every shard is in asm.
@@ -533,15 +542,18 @@ type assembler struct {
 	e    models.Export
 	zw   *gzip.Writer
 	hash hash.Hash
+	crc  hash.Hash32
 	seen int
 }
 
 func (s *Service) newAssembler(e models.Export, w io.Writer) (*assembler, error) {
-	a := &assembler{s: s, e: e, hash: sha256.New()}
+	a := &assembler{s: s, e: e, hash: sha256.New(), crc: crc32.New(crc32.MakeTable(crc32.Castagnoli))}
 	// No name, mtime 0 and OS "unknown", so the bytes depend on the
 	// content alone. (This gzip writes the zero time.Time as its Unix
 	// seconds, not 0: the epoch is set explicitly.)
-	zw, err := gzip.NewWriterLevel(io.MultiWriter(w, a.hash), gzip.DefaultCompression)
+	// The CRC32C costs about 0.04 s per GiB beside the SHA-256's 0.6, and
+	// spares every download of the artifact a SHA-256 of its own.
+	zw, err := gzip.NewWriterLevel(io.MultiWriter(w, a.hash, a.crc), gzip.DefaultCompression)
 	if err != nil {
 		return nil, err
 	}
@@ -564,13 +576,13 @@ func (a *assembler) add(p pendingShard) error {
 }
 
 // close finishes the gzip stream once all count shards are in, and
-// returns the artifact's SHA-256.
-func (a *assembler) close(count int) (string, error) {
+// returns the artifact's digests.
+func (a *assembler) close(count int) (built, error) {
 	if a.seen != count {
-		return "", fmt.Errorf("assemble: the plan has %d shards, %d were found", count, a.seen)
+		return built{}, fmt.Errorf("assemble: the plan has %d shards, %d were found", count, a.seen)
 	}
 	if err := a.zw.Close(); err != nil {
-		return "", err
+		return built{}, err
 	}
-	return hex.EncodeToString(a.hash.Sum(nil)), nil
+	return built{sha256: hex.EncodeToString(a.hash.Sum(nil)), crc32c: s3store.EncodeCRC32C(a.crc.Sum32())}, nil
 }

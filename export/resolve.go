@@ -38,7 +38,7 @@ func (s *Service) Resolve(ctx context.Context, id, userID string) (download.Reso
 	default:
 		return download.Resource{}, errExportNotReady
 	}
-	return download.Resource{Key: a.Key, Size: a.Bytes, SHA256: a.SHA256, Name: a.ExportID + ".jsonl.gz",
+	return download.Resource{Key: a.Key, Size: a.Bytes, SHA256: a.SHA256, CRC32C: a.CRC32C, Name: a.ExportID + ".jsonl.gz",
 		ContentType: "application/gzip", ModTime: a.FinishedAt}, nil
 }
 

@@ -20,6 +20,7 @@ import (
 	"github.com/ferry-io/ferry/jobs"
 	"github.com/ferry-io/ferry/models"
 	"github.com/ferry-io/ferry/notify"
+	"github.com/ferry-io/ferry/s3store"
 )
 
 // X2: the export holds what the user could see at the snapshot, exactly:
@@ -178,13 +179,21 @@ func TestExportIsTheSnapshot(t *testing.T) {
 var wantKeys = []string{"attachments", "body", "conv", "gseq", "recalled", "sender", "sent_at", "seq"}
 
 // checkLines compares an export's artifact with the expected lines, and
-// checks the format: sorted keys, sha256 and size as recorded.
+// checks the format: sorted keys, sha256, CRC32C and size as recorded, and
+// the digests the download proxy is given.
 func checkLines(t *testing.T, e *env, x models.Export, want []line) {
 	t.Helper()
 	raw, lines := artifactLines(t, e.store.Bucket(), x.ID)
 	sum := sha256.Sum256(raw)
 	if hex.EncodeToString(sum[:]) != *x.SHA256 || int64(len(raw)) != *x.Bytes {
 		t.Fatalf("artifact sha256/size %x/%d, recorded %s/%d", sum, len(raw), *x.SHA256, *x.Bytes)
+	}
+	if x.CRC32C == nil || *x.CRC32C != s3store.CRC32C(raw) {
+		t.Fatalf("artifact crc32c %s, recorded %v", s3store.CRC32C(raw), x.CRC32C)
+	}
+	res, err := e.svc.Resolve(context.Background(), x.ID, x.UserID)
+	if err != nil || res.SHA256 != *x.SHA256 || res.CRC32C != *x.CRC32C || res.Size != *x.Bytes {
+		t.Fatalf("resolved %+v, %v; recorded sha256 %s, crc32c %s", res, err, *x.SHA256, *x.CRC32C)
 	}
 	if raw[3] != 0 || !bytes.Equal(raw[4:8], []byte{0, 0, 0, 0}) || raw[9] != 255 {
 		t.Fatalf("gzip header % x: want no name, mtime 0, OS unknown", raw[:10])

@@ -106,11 +106,11 @@ func (s *Service) run(ctx context.Context, j *jobs.Job, e models.Export, st *run
 	if err != nil {
 		return fmt.Errorf("plan: %w", err)
 	}
-	sum, size, err := s.build(ctx, e, count, st, log)
+	b, err := s.build(ctx, e, count, st, log)
 	if err != nil {
 		return err
 	}
-	return s.finish(ctx, j, e, sum, size)
+	return s.finish(ctx, j, e, b)
 }
 
 // plan persists the shard plan unless an earlier run did, and returns the
@@ -261,12 +261,12 @@ type completedData struct {
 
 // finish records the artifact, the done state and the outbox row, and
 // finishes the job, in one fenced transaction.
-func (s *Service) finish(ctx context.Context, j *jobs.Job, e models.Export, sum string, size int64) error {
-	now := s.now()
+func (s *Service) finish(ctx context.Context, j *jobs.Job, e models.Export, b built) error {
+	now, sum, size := s.now(), b.sha256, b.size
 	revoked := false
 	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		res := tx.Model(&models.Export{}).Where("id = ? AND state = ?", e.ID, StateRunning).Updates(map[string]any{
-			"state": StateDone, "artifact_key": artifactKey(e.ID), "sha256": sum, "bytes": size, "error": nil,
+			"state": StateDone, "artifact_key": artifactKey(e.ID), "sha256": sum, "crc32c": b.crc32c, "bytes": size, "error": nil,
 			"finished_at": now, "expires_at": now.Add(s.opts.Retention), "updated_at": now,
 		})
 		if res.Error != nil {

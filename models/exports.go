@@ -16,6 +16,7 @@ type Export struct {
 	Runs           int
 	ArtifactKey    *string
 	SHA256         *string `gorm:"column:sha256"`
+	CRC32C         *string `gorm:"column:crc32c"` // base64; nil for exports done before it was recorded
 	Bytes          *int64
 	Error          *string
 	CreatedAt      time.Time

@@ -409,7 +409,7 @@ func cmdExport(args []string, stdout, stderr io.Writer) (int, error) {
 		rep.fail(err)
 		return clientExit(err), err
 	}
-	rep.done(map[string]any{"file": *out, "job_id": res.JobID, "replayed": res.Replayed, "size": res.Download.Size, "sha256": res.Download.SHA256},
-		fmt.Sprintf("%s: export %s, %s, sha256 %s verified", *out, res.JobID, human(res.Download.Size), res.Download.SHA256))
+	rep.done(map[string]any{"file": *out, "job_id": res.JobID, "replayed": res.Replayed, "size": res.Download.Size, "sha256": res.Download.SHA256, "checked_by": res.Download.CheckedBy},
+		fmt.Sprintf("%s: export %s, %s, sha256 %s, checked by %s", *out, res.JobID, human(res.Download.Size), res.Download.SHA256, res.Download.CheckedBy))
 	return exitOK, nil
 }
