@@ -822,6 +822,85 @@ func BenchmarkBrowserUpload(b *testing.B) {
 	b.ReportMetric(0, "ns/op")
 }
 
+// BenchmarkBrowserBodies measures what a part PUT's body costs Chromium by
+// kind (e2e/browser/bodies.mjs says how): File slices, as the SDK sends,
+// with and without the worker's read of every part before its PUT, against
+// the bytes that read gave, sent from the page, as a Blob, or from the
+// worker. The SDK keeps sending File slices and reading the file twice
+// because, in this benchmark, the one-read legs cost Chromium more.
+// DevTools is detached while the bytes move, so the figures are Chromium's
+// and not the harness's. 256 MiB in 8 MiB parts, 4 at once, to a sink in
+// the harness that drops them.
+//
+//	go test -run '^$' -bench BrowserBodies -benchtime 1x ./e2e
+func BenchmarkBrowserBodies(b *testing.B) {
+	requireBrowser(b)
+	const size = 256 * mib
+	file, _ := randomFile(b, "bodies.bin", size)
+	var res struct {
+		Runs []struct {
+			Round int
+			Leg   string
+			MS    float64
+			Bytes int64
+			CPU   map[string]float64
+		}
+	}
+	b.ResetTimer()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	cfg, _ := json.Marshal(map[string]any{"chromium": chromiumPath, "file": file, "rounds": max(b.N, 3)})
+	cmd := exec.CommandContext(ctx, "node", "bodies.mjs")
+	cmd.Dir = filepath.Join(e2eDir(), "browser")
+	cmd.Env = append(os.Environ(), "FERRY_E2E="+string(cfg))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	b.StopTimer()
+	line, ok := strings.CutPrefix(strings.TrimSpace(string(out)), "RESULT ")
+	if err != nil || !ok {
+		b.Fatalf("bodies.mjs: %v\n%s", err, stderr.String())
+	}
+	if err := json.Unmarshal([]byte(line), &res); err != nil {
+		b.Fatalf("result %s: %v", line, err)
+	}
+	legs := map[string][]int{}
+	for i, r := range res.Runs {
+		if r.Bytes != size {
+			b.Fatalf("round %d, %s: the sink got %d bytes, want %d", r.Round, r.Leg, r.Bytes, size)
+		}
+		legs[r.Leg] = append(legs[r.Leg], i)
+	}
+	median := func(leg string, f func(i int) float64) float64 {
+		var v []float64
+		for _, i := range legs[leg] {
+			v = append(v, f(i))
+		}
+		slices.Sort(v)
+		return v[len(v)/2]
+	}
+	cpu := func(i int) float64 {
+		var s float64
+		for _, v := range res.Runs[i].CPU {
+			s += v
+		}
+		return s
+	}
+	for _, leg := range []string{"file", "file+read", "bytes-page", "bytes-blob", "bytes-worker"} {
+		if len(legs[leg]) == 0 {
+			b.Fatalf("no runs of %s", leg)
+		}
+		var rounds []string
+		for _, i := range legs[leg] {
+			rounds = append(rounds, fmt.Sprintf("%.0f ms %v", res.Runs[i].MS, res.Runs[i].CPU))
+		}
+		b.Logf("%s: %s", leg, strings.Join(rounds, "; "))
+		b.ReportMetric(median(leg, func(i int) float64 { return res.Runs[i].MS }), leg+"-ms")
+		b.ReportMetric(median(leg, cpu), leg+"-cpu-s")
+	}
+	b.ReportMetric(0, "ns/op")
+}
+
 // Issue 17, item 1: ferry's JS SDK runs on a host app's page of another
 // origin (the page on http://localhost:P1, ferry on http://127.0.0.1:P2,
 // listed in FERRY_CORS_ORIGINS). The page imports the SDK from ferry, the
