@@ -8,9 +8,9 @@
 // Playwright tracks every request of the pages and workers it is attached
 // to, and for a body held in memory that tracking copies the body to it:
 // under run.mjs such PUTs are many times slower for reasons of the
-// harness, not of Chromium. So this launches Chromium itself, attaches
-// only to choose the file and start a leg, and detaches before any byte
-// moves. The page reports back by POSTing to the server that serves it,
+// harness, not of Chromium. So this launches Chromium itself
+// (detached.mjs), attaches only to choose the file and start a leg, and
+// detaches before any byte moves. The page reports back by POSTing to the server that serves it,
 // here: a sink that reads and drops PUT bodies, counting them.
 //
 // Legs, alternated round by round, each after a settle:
@@ -27,12 +27,10 @@
 // prints "RESULT {json}": per leg and round, the page's ms from start to
 // the last answer and the CPU seconds of Chromium's processes by kind.
 
-import { execFileSync, spawn } from 'node:child_process'
+import { execFileSync } from 'node:child_process'
 import { createServer } from 'node:http'
-import { mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs'
-import { tmpdir } from 'node:os'
-import { join } from 'node:path'
-import { chromium } from 'playwright-core'
+import { readFileSync, readdirSync } from 'node:fs'
+import { launchDetached, setFiles } from './detached.mjs'
 
 const cfg = JSON.parse(process.env.FERRY_E2E || '{}')
 const log = (...a) => console.error('[bodies]', ...a)
@@ -151,24 +149,7 @@ const sink = createServer((req, res) => {
 await new Promise((resolve) => sink.listen(0, '127.0.0.1', resolve))
 const origin = `http://127.0.0.1:${sink.address().port}`
 
-// Chromium, launched here with a DevTools port that Playwright attaches
-// to and detaches from.
-const profile = mkdtempSync(join(tmpdir(), 'ferry-bodies-'))
-const proc = spawn(cfg.chromium || '/usr/bin/chromium', ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic',
-  '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync',
-  '--remote-debugging-port=0', '--user-data-dir=' + profile, 'about:blank'], { stdio: ['ignore', 'ignore', 'pipe'] })
-const devtools = await new Promise((resolve, reject) => {
-  let err = ''
-  const timer = setTimeout(() => reject(new Error('Chromium printed no DevTools address:\n' + err)), 30000)
-  proc.stderr.on('data', (c) => {
-    err += c
-    const m = /DevTools listening on ws:\/\/([^/\s]+)\//.exec(err)
-    if (m) {
-      clearTimeout(timer)
-      resolve('http://' + m[1])
-    }
-  })
-})
+const chrome = await launchDetached(cfg.chromium || '/usr/bin/chromium')
 
 // chromiumCPU is the CPU seconds of the launched Chromium's processes so
 // far, by kind.
@@ -183,13 +164,13 @@ function chromiumCPU() {
     } catch { /* gone meanwhile */ }
   }
   const ours = (pid) => {
-    for (let i = 0; pid > 1 && i < 50; i++, pid = procs.get(pid)?.ppid ?? 0) if (pid === proc.pid) return true
+    for (let i = 0; pid > 1 && i < 50; i++, pid = procs.get(pid)?.ppid ?? 0) if (pid === chrome.pid) return true
     return false
   }
   const out = { browser: 0, renderer: 0, network: 0, other: 0 }
   for (const [pid, p] of procs) {
     if (!ours(pid)) continue
-    if (pid === proc.pid) out.browser += p.secs
+    if (pid === chrome.pid) out.browser += p.secs
     else if (p.cmd.includes('--type=renderer')) out.renderer += p.secs
     else if (p.cmd.includes('network.mojom.NetworkService')) out.network += p.secs
     else out.other += p.secs
@@ -198,16 +179,9 @@ function chromiumCPU() {
 }
 
 async function runLeg(leg) {
-  const browser = await chromium.connectOverCDP(devtools)
-  const pg = browser.contexts()[0].pages()[0]
+  const { browser, context, page: pg } = await chrome.connect()
   await pg.goto(origin + '/')
-  // locator.setInputFiles refuses large files for a browser Playwright
-  // did not launch; DOM.setFileInputFiles hands Chromium the path.
-  const cdp = await browser.contexts()[0].newCDPSession(pg)
-  const { root } = await cdp.send('DOM.getDocument')
-  const { nodeId } = await cdp.send('DOM.querySelector', { nodeId: root.nodeId, selector: '#f' })
-  await cdp.send('DOM.setFileInputFiles', { nodeId, files: [cfg.file] })
-  await cdp.detach()
+  await setFiles(context, pg, '#f', [cfg.file])
   execFileSync('sync')
   await new Promise((resolve) => setTimeout(resolve, 3000))
   report = null
@@ -250,8 +224,7 @@ try {
   log('FAILED:', err.stack || err.message)
   code = 1
 } finally {
-  proc.kill()
+  await chrome.close()
   sink.close()
-  rmSync(profile, { recursive: true, force: true })
 }
 process.exit(code)

@@ -16,6 +16,7 @@ import { basename, dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { build } from 'esbuild'
 import { chromium } from 'playwright-core'
+import { launchDetached, setFiles } from './detached.mjs'
 
 const here = dirname(fileURLToPath(import.meta.url))
 const cfg = JSON.parse(process.env.FERRY_E2E || '{}')
@@ -501,76 +502,17 @@ const scenarios = {
   // second upload of the same content would be instant; skipHash never
   // is, so it sends the bare file.
   // cfg.uplink (MiB/s), when set, limits the page's upload rate, as a real
-  // link would.
-  async bench({ page }) {
-    await signIn(page)
-    if (cfg.uplink) await throttle(page, cfg.uplink * MiB)
-    const rawData = readFileSync(cfg.raw)
-    const crcs = {}
-    for (let n = 1; (n - 1) * 8 * MiB < rawData.length; n++) crcs[n] = crc32c(rawData.subarray((n - 1) * 8 * MiB, n * 8 * MiB))
-    const wholeCRC = crc32c(rawData)
-    await page.evaluate(() => {
-      document.body.append(Object.assign(document.createElement('input'), { type: 'file', id: 'raw' }))
-      performance.setResourceTimingBufferSize(10000)
-      // The UI's row states, with the page's clock.
-      window.benchStates = []
-      new MutationObserver((ms) => {
-        for (const m of ms) if (m.attributeName === 'data-state') window.benchStates.push([m.target.dataset.state, performance.now()])
-      }).observe(document.getElementById('uploads'), { subtree: true, attributes: true, attributeFilter: ['data-state'] })
-      document.getElementById('file-input').addEventListener('change', () => { window.benchStart = performance.now() }, { capture: true })
-    })
-    const runs = []
-    for (let i = 0; i < cfg.ui.length; i++) {
-      await page.locator('#raw').setInputFiles(cfg.raw)
-      // A bare leg: settled, then timed by the page, its CPU by /proc.
-      const bare = async (opts) => {
-        await settle()
-        const cpu = cpuTimes()
-        const out = await page.evaluate(rawPuts, { concurrency: 4, partSize: 8 * MiB, ...opts })
-        return [out, cpuSince(cpu)]
-      }
-      const [raw, rawCPU] = await bare({})
-      const [rawCRC, rawCRCCPU] = await bare({ crcs })
-      const [rawDone, rawDoneCPU] = await bare({ crcs, complete: wholeCRC })
-      await page.evaluate(() => { performance.clearResourceTimings(); window.benchStates = [] })
-      await settle()
-      let cpu = cpuTimes()
-      await page.locator('#file-input').setInputFiles(cfg.ui[i])
-      const row = page.locator(`#uploads li[data-upload="${basename(cfg.ui[i])}"]`)
-      await row.waitFor()
-      await waitFinal(row, 240000)
-      const uiCPU = cpuSince(cpu)
-      const ui = await page.evaluate((s3) => {
-        const t0 = window.benchStart
-        const at = (state) => { const s = window.benchStates.find(([st]) => st === state); return s ? s[1] - t0 : null }
-        const res = performance.getEntriesByType('resource')
-        const puts = res.filter((r) => r.name.startsWith(s3) && r.name.includes('partNumber='))
-        const api = (re) => res.filter((r) => re.test(new URL(r.name).pathname))
-        const first = (list, f) => (list.length ? Math.min(...list.map(f)) - t0 : null)
-        const last = (list, f) => (list.length ? Math.max(...list.map(f)) - t0 : null)
-        return {
-          total: at('success'), init: last(api(/^\/uploads$/), (r) => r.responseEnd), firstPut: first(puts, (r) => r.startTime),
-          declared: first(api(/\/sha256$/), (r) => r.startTime), lastPut: last(puts, (r) => r.responseEnd),
-          completeSent: first(api(/\/complete$/), (r) => r.startTime), completed: last(api(/\/complete$/), (r) => r.responseEnd),
-          puts: puts.length, presigns: api(/\/presign$/).length,
-        }
-      }, cfg.s3)
-      // After the UI's stages are read: this leg's requests would mix in.
-      await page.locator('#raw').setInputFiles(cfg.raw)
-      await settle()
-      cpu = cpuTimes()
-      const skipHash = await page.evaluate(async () => {
-        const { Ferry } = await import('/assets/ferry.js')
-        const t0 = performance.now()
-        const res = await new Ferry().upload(document.getElementById('raw').files[0], { skipHash: true }).start()
-        if (res.state !== 'success') throw new Error('skipHash upload ended ' + res.state)
-        return performance.now() - t0
-      })
-      const skipHashCPU = cpuSince(cpu)
-      runs.push({ raw, rawCRC, rawDone, ui, skipHash, rawCPU, rawCRCCPU, rawDoneCPU, uiCPU, skipHashCPU })
-      log(`run ${i + 1}: bare PUTs ${raw.toFixed(0)} ms, UI ${ui.total.toFixed(0)} ms, SDK skipHash ${skipHash.toFixed(0)} ms`, JSON.stringify({ ui, rawCPU, uiCPU }))
+  // link would. Without it the legs run in a Chromium of the benchmark's
+  // own, with DevTools detached while each leg runs (detached.mjs): the
+  // page starts the leg on its own and titles itself when done. Throttling
+  // needs DevTools attached, so a limited uplink runs attached.
+  async bench({ page: launched }) {
+    const detached = cfg.uplink ? null : await launchDetached(cfg.chromium || '/usr/bin/chromium')
+    try {
+      return await benchRounds(launched, detached)
+    } finally {
+      if (detached) await detached.close()
     }
-    return { runs }
   },
 
   // Done-when 3 and 6: a double click on "Create export" makes one job;
@@ -1163,6 +1105,118 @@ async function rawPuts({ concurrency, partSize, crcs, complete }) {
     if (st.state !== 'pending' && st.state !== 'merging') throw new Error('the bare upload ended ' + st.state)
   }
   throw new Error('the bare upload did not finish')
+}
+
+// benchRounds runs the benchmark's rounds on launched, or, given detached,
+// in that Chromium with DevTools detached during every leg.
+async function benchRounds(launched, detached) {
+  let conn = detached ? await detached.connect() : { context: launched.context(), page: launched }
+  if (detached) profileDir = detached.profile // cpuTimes counts that Chromium's processes
+  log(detached ? 'legs run with DevTools detached' : 'legs run with DevTools attached')
+  await signIn(conn.page)
+  if (cfg.uplink) await throttle(conn.page, cfg.uplink * MiB)
+  const rawData = readFileSync(cfg.raw)
+  const crcs = {}
+  for (let n = 1; (n - 1) * 8 * MiB < rawData.length; n++) crcs[n] = crc32c(rawData.subarray((n - 1) * 8 * MiB, n * 8 * MiB))
+  const wholeCRC = crc32c(rawData)
+  await conn.page.evaluate(() => {
+    for (const id of ['raw', 'uifile']) document.body.append(Object.assign(document.createElement('input'), { type: 'file', id }))
+    performance.setResourceTimingBufferSize(10000)
+    // The UI's row states, with the page's clock.
+    window.benchStates = []
+    new MutationObserver((ms) => {
+      for (const m of ms) if (m.attributeName === 'data-state') window.benchStates.push([m.target.dataset.state, performance.now()])
+    }).observe(document.getElementById('uploads'), { subtree: true, attributes: true, attributeFilter: ['data-state'] })
+    document.getElementById('file-input').addEventListener('change', () => { window.benchStart = performance.now() }, { capture: true })
+  })
+  // Evaluated as source, not called through eval: ferry's CSP forbids eval.
+  await conn.page.evaluate(`window.benchLegs = { rawPuts: ${rawPuts}, ui: ${uiLeg}, skipHash: ${skipHashLeg} }`)
+  let legs = 0
+  // leg runs window.benchLegs[name](arg) after a settle and returns its
+  // result and the CPU seconds spent meanwhile.
+  const leg = async (name, arg) => {
+    await settle()
+    const cpu = cpuTimes()
+    if (!detached) return [await conn.page.evaluate(([n, a]) => window.benchLegs[n](a), [name, arg]), cpuSince(cpu)]
+    const title = `ferry-bench-leg-${++legs}`
+    await conn.page.evaluate(([n, a, title]) => {
+      setTimeout(async () => {
+        try {
+          window.benchOut = { value: await window.benchLegs[n](a) }
+        } catch (err) {
+          window.benchOut = { error: String((err && err.stack) || err) }
+        }
+        document.title = title
+      }, 500)
+    }, [name, arg, title])
+    await conn.browser.close()
+    await detached.titled(title, 240000)
+    const used = cpuSince(cpu)
+    conn = await detached.connect()
+    const out = await conn.page.evaluate(() => window.benchOut)
+    if (out.error) fail(`${name}: ${out.error}`)
+    return [out.value, used]
+  }
+  const runs = []
+  for (let i = 0; i < cfg.ui.length; i++) {
+    await setFiles(conn.context, conn.page, '#raw', [cfg.raw])
+    const [raw, rawCPU] = await leg('rawPuts', { concurrency: 4, partSize: 8 * MiB })
+    const [rawCRC, rawCRCCPU] = await leg('rawPuts', { concurrency: 4, partSize: 8 * MiB, crcs })
+    const [rawDone, rawDoneCPU] = await leg('rawPuts', { concurrency: 4, partSize: 8 * MiB, crcs, complete: wholeCRC })
+    await conn.page.evaluate(() => { performance.clearResourceTimings(); window.benchStates = [] })
+    await setFiles(conn.context, conn.page, '#uifile', [cfg.ui[i]])
+    const [, uiCPU] = await leg('ui', basename(cfg.ui[i]))
+    const ui = await conn.page.evaluate((s3) => {
+      const t0 = window.benchStart
+      const at = (state) => { const s = window.benchStates.find(([st]) => st === state); return s ? s[1] - t0 : null }
+      const res = performance.getEntriesByType('resource')
+      const puts = res.filter((r) => r.name.startsWith(s3) && r.name.includes('partNumber='))
+      const api = (re) => res.filter((r) => re.test(new URL(r.name).pathname))
+      const first = (list, f) => (list.length ? Math.min(...list.map(f)) - t0 : null)
+      const last = (list, f) => (list.length ? Math.max(...list.map(f)) - t0 : null)
+      return {
+        total: at('success'), init: last(api(/^\/uploads$/), (r) => r.responseEnd), firstPut: first(puts, (r) => r.startTime),
+        declared: first(api(/\/sha256$/), (r) => r.startTime), lastPut: last(puts, (r) => r.responseEnd),
+        completeSent: first(api(/\/complete$/), (r) => r.startTime), completed: last(api(/\/complete$/), (r) => r.responseEnd),
+        puts: puts.length, presigns: api(/\/presign$/).length,
+      }
+    }, cfg.s3)
+    // After the UI's stages are read: this leg's requests would mix in.
+    const [skipHash, skipHashCPU] = await leg('skipHash')
+    runs.push({ raw, rawCRC, rawDone, ui, skipHash, rawCPU, rawCRCCPU, rawDoneCPU, uiCPU, skipHashCPU })
+    log(`run ${i + 1}: bare PUTs ${raw.toFixed(0)} ms, UI ${ui.total.toFixed(0)} ms, SDK skipHash ${skipHash.toFixed(0)} ms`, JSON.stringify({ ui, rawCPU, uiCPU }))
+  }
+  return { runs, detached: !!detached }
+}
+
+// uiLeg runs in the page: it hands the UI's file input the file chosen in
+// #uifile, as a user choosing it would, and waits for the upload's row to
+// end.
+async function uiLeg(name) {
+  const input = document.getElementById('file-input')
+  input.files = document.getElementById('uifile').files
+  input.dispatchEvent(new Event('change'))
+  const deadline = performance.now() + 240000
+  while (performance.now() < deadline) {
+    const row = document.querySelector(`#uploads li[data-upload="${name}"]`)
+    const state = row && row.dataset.state
+    if (['success', 'failed', 'error', 'cancelled'].includes(state)) {
+      if (state !== 'success') throw new Error(`upload ended ${state}: ${row.innerText}`)
+      return state
+    }
+    await new Promise((resolve) => setTimeout(resolve, 50))
+  }
+  throw new Error('the upload did not end in 240 s')
+}
+
+// skipHashLeg runs in the page: the file in #raw through the SDK with
+// skipHash, timed from start() to its success.
+async function skipHashLeg() {
+  const { Ferry } = await import('/assets/ferry.js')
+  const t0 = performance.now()
+  const res = await new Ferry().upload(document.getElementById('raw').files[0], { skipHash: true }).start()
+  if (res.state !== 'success') throw new Error('skipHash upload ended ' + res.state)
+  return performance.now() - t0
 }
 
 async function bundle(entry) {

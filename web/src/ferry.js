@@ -827,6 +827,9 @@ export class Upload extends EventTarget {
    * at that moment made a call for almost every part (18 to 27 per 32
    * parts in BenchmarkBrowserUpload). The PUT of part n loses little by
    * the wait, since the parts it waits for are the other workers' next.
+   * With no PUT and no call under way (the upload's first call, or the
+   * first after a pause) nothing would be sent meanwhile, so it signs what
+   * is read at once.
    */
   async urlFor(n) {
     let waited = false
@@ -839,7 +842,7 @@ export class Upload extends EventTarget {
         if (!this.urls.has(n)) break // that batch failed: sign on our own
         continue
       }
-      if (waited) break
+      if (waited || (this.inflight.size === 0 && this.signing.size === 0)) break
       waited = true
       const next = this.unsigned().filter((m) => m !== n).slice(0, this.concurrency - 1)
       await Promise.all(next.map((m) => this.digestOf(m)))
