@@ -783,6 +783,7 @@ func BenchmarkBrowserUpload(b *testing.B) {
 			UICPU      map[string]float64 `json:"uiCPU"`
 			SkipCPU    map[string]float64 `json:"skipHashCPU"`
 		} `json:"runs"`
+		Detached bool `json:"detached"`
 	}
 	b.ResetTimer()
 	runBrowser(b, map[string]any{"scenario": "bench", "url": f.URL, "token": tok, "s3": s3Addr(f), "raw": raw, "ui": ui,
@@ -797,6 +798,7 @@ func BenchmarkBrowserUpload(b *testing.B) {
 		return v[len(v)/2]
 	}
 	mibps := func(ms float64) float64 { return size / mib / (ms / 1000) }
+	b.Logf("legs ran with DevTools detached: %v", res.Detached)
 	// One line per round: go test keeps only the first lines of a
 	// benchmark's log.
 	for i, r := range res.Runs {
