@@ -78,7 +78,7 @@ type pendingShard struct {
 
 // build makes every shard of the plan exist in the bucket with its
 // recorded bytes and assembles the artifact from them, returning its
-// SHA-256 and size. The artifact becomes visible only when every stage
+// digests and size. The artifact becomes visible only when every stage
 // ended well; anything else discards what was written of it.
 func (s *Service) build(ctx context.Context, e models.Export, count int, st *runStats, log *slog.Logger) (built, error) {
 	// Uploads a killed run left unfinished would linger until the

@@ -6,12 +6,12 @@
 // measures whether it does.
 //
 // Playwright tracks every request of the pages and workers it is attached
-// to, and for a body held in memory that tracking copies the body to it:
-// under run.mjs such PUTs are many times slower for reasons of the
-// harness, not of Chromium. So this launches Chromium itself
-// (detached.mjs), attaches only to choose the file and start a leg, and
-// detaches before any byte moves. The page reports back by POSTing to the server that serves it,
-// here: a sink that reads and drops PUT bodies, counting them.
+// to, and the tracking of a body held in memory can carry the body too,
+// so under run.mjs such PUTs measure the harness as much as Chromium.
+// This launches Chromium itself (detached.mjs), attaches only to choose
+// the file and start a leg, and detaches before any byte moves. The page
+// reports back by POSTing to the server that serves it, here: a sink that
+// reads and drops PUT bodies, counting them.
 //
 // Legs, alternated round by round, each after a settle:
 //   file         part PUTs of File slices, 4 at once (the bare upload)

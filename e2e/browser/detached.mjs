@@ -1,8 +1,8 @@
 // A Chromium that Playwright attaches to only between the legs of a
 // benchmark. Playwright tracks every request of the pages and workers it
-// is attached to (and copies in-memory request bodies to itself), which a
-// real user's browser never does; a leg started and then left alone
-// measures Chromium, not the harness.
+// is attached to (an in-memory request body included), which a user's
+// browser never does; a leg started and then left alone measures
+// Chromium, not the harness.
 
 import { spawn } from 'node:child_process'
 import { mkdtempSync, rmSync } from 'node:fs'
