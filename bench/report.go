@@ -445,11 +445,15 @@ func (rp report) verdicts() []verdict {
 		if r := rp.Machine.SHA256GBps; r > 0 {
 			hash = fmt.Sprintf("SHA-256 on its own ran at %.2f GB/s on this machine, %.2f s per GiB", r, gib/1e9/r)
 		}
-		v5.Why = append(v5.Why, fmt.Sprintf("The verify job read %.0f MiB per GiB back from S3 and hashed it: %.3f CPU s/GiB, %.3f of it in the kernel receiving the GET. "+
+		hashes := "SHA-256 and CRC32C (the upload had no checksums for S3 to check)"
+		if fu.Checksum != "" {
+			hashes = "SHA-256 alone (the whole file's CRC32C is the one S3 checked at completion)"
+		}
+		v5.Why = append(v5.Why, fmt.Sprintf("The verify job read %.0f MiB per GiB back from S3 and hashed it with %s: %.3f CPU s/GiB, %.3f of it in the kernel receiving the GET. "+
 			"%s, so the target leaves room for little else: "+
 			"the kernel's share is the copy of each byte off the socket, and the hash itself only moves off this process "+
 			"(to a machine with a faster SHA-256, or to the client, whose hash ferry cannot trust).",
-			bg.ServerReadMB, fu.BackgroundCPUPerGiB, bg.ServerSys, hash))
+			bg.ServerReadMB, hashes, fu.BackgroundCPUPerGiB, bg.ServerSys, hash))
 	}
 	return []verdict{v1, v2, v3, v4, v5}
 }

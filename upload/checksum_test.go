@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -119,11 +120,14 @@ func TestChecksummedUpload(t *testing.T) {
 func TestSuccessBeforeVerification(t *testing.T) {
 	testenv.ForEachDB(t, func(t *testing.T, db *testenv.DB) {
 		release := make(chan struct{})
+		var once sync.Once
+		verify := func() { once.Do(func() { close(release) }) }
 		e := newEnv(t, db, func(c *testConfig) {
 			withChecksums(c)
 			c.Hooks.VerifyProgress = func(string, int64) { <-release }
 		})
 		e.run(t, 5*time.Second)
+		t.Cleanup(verify) // runs before the runner stops, should the test fail first
 		ctx := context.Background()
 		c := newClient(t, e, "usr_a")
 		data := randomBytes(5*mib + 3)
@@ -149,18 +153,23 @@ func TestSuccessBeforeVerification(t *testing.T) {
 		if n := e.count("blobs", "sha256 IS NOT NULL"); n != 0 {
 			t.Fatal("unverified content is in the dedup index")
 		}
+		// The merge keeps the CRC32C S3 checked the object against, so
+		// the verify job has only the SHA-256 to compute.
+		if n := e.count("blobs", "crc32c = ? AND s3_etag <> ''", s3store.CRC32C(data)); n != 1 {
+			t.Fatal("the merged blob lacks the whole-object CRC32C S3 checked")
+		}
 		if n := e.count("outbox", "type = ?", notify.UploadCompleted); n != 0 {
 			t.Fatal("upload.completed was sent before verification")
 		}
 		if r, _ := e.svc.Init(ctx, "usr_b", upload.InitRequest{FileName: "x", Size: int64(len(data)), SHA256: claim}); r.Outcome != upload.Created {
 			t.Fatalf("the unverified claim gave %v", r.Outcome)
 		}
-		close(release)
+		verify()
 		v := e.waitVerified("usr_a", st.UploadID, 30*time.Second)
 		f, _ = e.svc.File(ctx, "usr_a", v.FileID)
 		stored, _ = e.svc.Stored(ctx, v.FileID)
-		if v.SHA256 != sha(data) || !f.SHA256Verified || f.SHA256 != sha(data) || !stored.Readable("usr_b") {
-			t.Fatalf("after verification: %+v %+v", v, f)
+		if v.SHA256 != sha(data) || !f.SHA256Verified || f.SHA256 != sha(data) || !stored.Readable("usr_b") || stored.CRC32C != s3store.CRC32C(data) {
+			t.Fatalf("after verification: %+v %+v %+v", v, f, stored)
 		}
 		if ev := e.eventData(st.UploadID, notify.UploadCompleted); ev.SHA256 != sha(data) {
 			t.Fatalf("upload.completed carries %s, want the computed %s", ev.SHA256, sha(data))

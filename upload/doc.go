@@ -62,8 +62,10 @@
 //     verified content of that size and head exists (InstantCandidate),
 //     so that clients hash a whole file only when an instant upload may
 //     come of it. The hint is never an answer: the SHA-256 and a proof
-//     decide. The same read records the whole object's CRC32C, which the
-//     download proxy sends as Repr-Digest (StoredFile.CRC32C).
+//     decide. The whole object's CRC32C, which the download proxy sends as
+//     Repr-Digest (StoredFile.CRC32C), is the one S3 checked at completion
+//     (kept on the blob by the merge, tied to the object by its ETag), or,
+//     for an upload without checksums, computed by the same read.
 //
 //   - U7: a periodic cleanup job expires idle uploads and aborts them in S3,
 //     aborts multipart uploads under uploads/ that no live row owns, purges

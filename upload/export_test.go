@@ -13,7 +13,7 @@ const VerifyChunk = verifyChunk
 // VerifyObject exposes the merge's verification read to benchmarks, so
 // they can time it against a plain GetObject of the same object.
 func (s *Service) VerifyObject(ctx context.Context, key string) (string, int64, error) {
-	v, n, err := s.verifyObject(ctx, key, "")
+	v, n, err := s.verifyObject(ctx, key, "", "")
 	return v.sum, n, err
 }
 

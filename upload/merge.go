@@ -83,10 +83,12 @@ func (s *Service) merge(ctx context.Context, j *jobs.Job) error {
 // erased) while the merge made its object.
 var errGoneDuringMerge = errors.New("upload: the upload was erased during its merge")
 
-// object is the merged object a file is made of: its key, and the ETag S3
-// gave it.
+// object is the merged object a file is made of: its key, the ETag S3
+// gave it, and its CRC32C (base64) when S3 checked the whole object
+// against one as it completed it.
 type object struct {
 	key, etag string
+	crc32c    string
 }
 
 // blobKey is where the merge copies a POST-policy upload's object to.
@@ -139,8 +141,16 @@ func (s *Service) completeMultipart(ctx context.Context, u *models.Upload) (stri
 		switch {
 		case err == nil:
 			// The layout (checkLayout) fixed the size; S3 checked the
-			// bytes against the full-object checksum when there is one.
-			return "", object{key: u.S3Key, etag: etag}, nil
+			// bytes against the full-object checksum when there is one,
+			// so that is the object's CRC32C and the verify job need not
+			// compute it again. (A store is trusted with checksums only
+			// once the probe has seen it refuse a wrong one here.) The
+			// ETag ties that CRC32C to this version of the object.
+			obj := object{key: u.S3Key, etag: etag}
+			if etag != "" {
+				obj.crc32c = full
+			}
+			return "", obj, nil
 		case errors.Is(err, s3store.ErrNoSuchUpload):
 		case errors.Is(err, s3store.ErrBadDigest):
 			return fmt.Sprintf("the file's CRC32C %s does not match the parts S3 holds: the bytes S3 received are not the file the client read", full), object{}, nil
@@ -337,8 +347,9 @@ func partsToComplete(u *models.Upload, listed []s3store.Part, want map[int]strin
 	return parts, "", nil
 }
 
-// succeed records a merged upload: a blob for its object, not yet in the
-// dedup index (it has no SHA-256 until the verify job hashes it), the file
+// succeed records a merged upload: a blob for its object (with the whole
+// object's CRC32C when S3 checked one), not yet in the dedup index (it has
+// no SHA-256 until the verify job hashes it), the file
 // on it with the client's claimed SHA-256 marked unverified, the upload's
 // success and the verify job, with the merge job's completion, in one
 // transaction. From here on the owner can list and download the file; it
@@ -348,6 +359,9 @@ func (s *Service) succeed(ctx context.Context, j *jobs.Job, u *models.Upload, ob
 	now := s.nowUTC()
 	err := s.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		b := models.Blob{ID: models.NewID("blb"), Size: u.Size, S3Key: obj.key, S3ETag: obj.etag, Refs: 1, CreatedAt: now, UpdatedAt: now}
+		if obj.crc32c != "" {
+			b.CRC32C = &obj.crc32c
+		}
 		if err := tx.Create(&b).Error; err != nil {
 			return err
 		}

