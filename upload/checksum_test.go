@@ -177,6 +177,57 @@ func TestSuccessBeforeVerification(t *testing.T) {
 	})
 }
 
+// A merge that finds its upload completed already (an earlier attempt
+// died between S3's CompleteMultipartUpload and recording it) cannot vouch
+// that S3 checked the whole file's CRC32C: the verify job computes it
+// from the object instead, and the file carries the right one.
+func TestMergeRerunComputesTheCRC32C(t *testing.T) {
+	testenv.ForEachDB(t, func(t *testing.T, db *testenv.DB) {
+		e, verify := newHeldEnv(t, db, withChecksums)
+		ctx := context.Background()
+		c := newClient(t, e, "usr_a")
+		data := randomBytes(2*5*mib + 11)
+		res, err := e.svc.Init(ctx, "usr_a", upload.InitRequest{FileName: "r.bin", Size: int64(len(data)), PartSize: 5 * mib, Checksum: "CRC32C"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := res.Upload
+		c.sendChecked(st, data, allParts(st))
+		if _, err := e.svc.Complete(ctx, "usr_a", st.UploadID, upload.CompleteRequest{CRC32C: s3store.CRC32C(data)}); err != nil {
+			t.Fatal(err)
+		}
+		// The first attempt's CompleteMultipartUpload, before any worker
+		// runs the merge job.
+		u := e.upload(st.UploadID)
+		parts, err := e.store.ListParts(ctx, u.S3Key, u.S3UploadID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cps := make([]s3store.CompletedPart, len(parts))
+		for i, p := range parts {
+			cps[i] = s3store.CompletedPart{Number: p.Number, ETag: p.ETag, CRC32C: p.CRC32C}
+		}
+		if _, err := e.store.CompleteMultipart(ctx, u.S3Key, u.S3UploadID, cps, s3store.CRC32C(data)); err != nil {
+			t.Fatal(err)
+		}
+
+		e.run(t, 5*time.Second)
+		done := e.waitDone("usr_a", st.UploadID, 30*time.Second)
+		if done.State != upload.StateSuccess {
+			t.Fatalf("rerun merge: %+v", done)
+		}
+		if n := e.count("blobs", "crc32c IS NULL"); n != 1 {
+			t.Fatal("the rerun merge recorded a CRC32C it did not see S3 check")
+		}
+		verify()
+		v := e.waitVerified("usr_a", st.UploadID, 30*time.Second)
+		stored, err := e.svc.Stored(ctx, v.FileID)
+		if err != nil || stored.CRC32C != s3store.CRC32C(data) || v.SHA256 != sha(data) {
+			t.Fatalf("verified file = %+v %v, want CRC32C %s", stored, err, s3store.CRC32C(data))
+		}
+	})
+}
+
 // A client that has not hashed the file finds its unfinished upload again
 // by size, part size and the first part's CRC32C, and learns which parts
 // S3 holds with their CRC32Cs; declaring the SHA-256 as soon as it knows it

@@ -63,6 +63,8 @@ type env struct {
 	svc   *upload.Service
 	clock *clock
 	cfg   upload.Config
+	// release lets held verifications go (newHeldEnv).
+	release func()
 }
 
 // testConfig is what a test sets up: the service's configuration, and
@@ -141,15 +143,19 @@ func (e *env) keepsReplacedParts() bool {
 
 // newHeldEnv is newEnv with every verification held until verify is
 // called (or the test ends), so a test sees a file that S3 holds and ferry
-// has not yet hashed.
-func newHeldEnv(t testing.TB, db *testenv.DB) (e *env, verify func()) {
+// has not yet hashed. mods change the configuration as newEnv's mod does.
+func newHeldEnv(t testing.TB, db *testenv.DB, mods ...func(*testConfig)) (e *env, verify func()) {
 	t.Helper()
 	gate := make(chan struct{})
 	var once sync.Once
 	verify = func() { once.Do(func() { close(gate) }) }
 	e = newEnv(t, db, func(c *testConfig) {
+		for _, m := range mods {
+			m(c)
+		}
 		c.Hooks.VerifyProgress = func(string, int64) { <-gate }
 	})
+	e.release = verify
 	t.Cleanup(verify)
 	return e, verify
 }
@@ -162,7 +168,13 @@ func (e *env) run(t testing.TB, lease time.Duration) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { r.Run(ctx, 5*time.Second); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
+	t.Cleanup(func() {
+		if e.release != nil {
+			e.release() // a held verification would keep the runner from stopping
+		}
+		cancel()
+		<-done
+	})
 }
 
 // count counts rows of table matching where.
