@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -119,15 +118,8 @@ func TestChecksummedUpload(t *testing.T) {
 // upload.completed waits for the verification and carries the true hash.
 func TestSuccessBeforeVerification(t *testing.T) {
 	testenv.ForEachDB(t, func(t *testing.T, db *testenv.DB) {
-		release := make(chan struct{})
-		var once sync.Once
-		verify := func() { once.Do(func() { close(release) }) }
-		e := newEnv(t, db, func(c *testConfig) {
-			withChecksums(c)
-			c.Hooks.VerifyProgress = func(string, int64) { <-release }
-		})
+		e, verify := newHeldEnv(t, db, withChecksums)
 		e.run(t, 5*time.Second)
-		t.Cleanup(verify) // runs before the runner stops, should the test fail first
 		ctx := context.Background()
 		c := newClient(t, e, "usr_a")
 		data := randomBytes(5*mib + 3)
