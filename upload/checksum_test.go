@@ -28,6 +28,18 @@ func crcs(st upload.Status, data []byte, parts []int) map[int]string {
 	return out
 }
 
+// initChecked starts an upload of data with CRC32C checksums, in parts of
+// partSize (0 for the server's choice), and fails the test unless the
+// server granted them.
+func (c *client) initChecked(name string, data []byte, partSize int64) upload.Status {
+	c.t.Helper()
+	res, err := c.svc.Init(context.Background(), c.user, upload.InitRequest{FileName: name, Size: int64(len(data)), PartSize: partSize, Checksum: "CRC32C"})
+	if err != nil || res.Upload.Checksum != s3store.ChecksumCRC32C {
+		c.t.Fatalf("init %s = %+v %v, want checksum CRC32C granted", name, res.Upload, err)
+	}
+	return res.Upload
+}
+
 // sendChecked presigns parts with their CRC32Cs and PUTs them.
 func (c *client) sendChecked(st upload.Status, data []byte, parts []int) {
 	c.t.Helper()
@@ -56,13 +68,9 @@ func TestChecksummedUpload(t *testing.T) {
 		c := newClient(t, e, "usr_a")
 		data := randomBytes(2*5*mib + 77)
 
-		res, err := e.svc.Init(ctx, "usr_a", upload.InitRequest{FileName: "c.bin", Size: int64(len(data)), PartSize: 5 * mib, Checksum: "CRC32C"})
-		if err != nil || res.Upload.Checksum != s3store.ChecksumCRC32C {
-			t.Fatalf("init = %+v %v, want checksum CRC32C granted", res.Upload, err)
-		}
-		st := res.Upload
+		st := c.initChecked("c.bin", data, 5*mib)
 		// Every part needs its CRC32C, and gets it signed in.
-		_, err = e.svc.Presign(ctx, "usr_a", st.UploadID, upload.PresignRequest{Parts: []int{1}})
+		_, err := e.svc.Presign(ctx, "usr_a", st.UploadID, upload.PresignRequest{Parts: []int{1}})
 		wantKind(t, err, errkind.Invalid, "missing_checksum")
 		body := partBytes(st, data, 1)
 		urls, err := e.svc.Presign(ctx, "usr_a", st.UploadID, upload.PresignRequest{Parts: []int{1}, CRC32C: map[int]string{1: s3store.CRC32C(body)}})
@@ -96,7 +104,11 @@ func TestChecksummedUpload(t *testing.T) {
 		}
 
 		// The right one.
-		res, _ = e.svc.Init(ctx, "usr_a", upload.InitRequest{FileName: "c.bin", Size: int64(len(data)), PartSize: 5 * mib, Checksum: "crc32c"})
+		// The algorithm's name is case-insensitive.
+		res, err := e.svc.Init(ctx, "usr_a", upload.InitRequest{FileName: "c.bin", Size: int64(len(data)), PartSize: 5 * mib, Checksum: "crc32c"})
+		if err != nil || res.Upload.Checksum != s3store.ChecksumCRC32C {
+			t.Fatalf("init = %+v %v, want checksum CRC32C granted", res.Upload, err)
+		}
 		st = res.Upload
 		c.sendChecked(st, data, allParts(st))
 		if _, err := e.svc.Complete(ctx, "usr_a", st.UploadID, upload.CompleteRequest{CRC32C: s3store.CRC32C(data), SHA256: sha(data)}); err != nil {
@@ -123,8 +135,7 @@ func TestSuccessBeforeVerification(t *testing.T) {
 		ctx := context.Background()
 		c := newClient(t, e, "usr_a")
 		data := randomBytes(5*mib + 3)
-		res, _ := e.svc.Init(ctx, "usr_a", upload.InitRequest{FileName: "early.bin", Size: int64(len(data)), Checksum: "CRC32C"})
-		st := res.Upload
+		st := c.initChecked("early.bin", data, 0)
 		c.sendChecked(st, data, allParts(st))
 		claim := sha([]byte("a claim"))
 		if _, err := e.svc.Complete(ctx, "usr_a", st.UploadID, upload.CompleteRequest{CRC32C: s3store.CRC32C(data), SHA256: claim}); err != nil {
@@ -179,11 +190,7 @@ func TestMergeRerunComputesTheCRC32C(t *testing.T) {
 		ctx := context.Background()
 		c := newClient(t, e, "usr_a")
 		data := randomBytes(2*5*mib + 11)
-		res, err := e.svc.Init(ctx, "usr_a", upload.InitRequest{FileName: "r.bin", Size: int64(len(data)), PartSize: 5 * mib, Checksum: "CRC32C"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		st := res.Upload
+		st := c.initChecked("r.bin", data, 5*mib)
 		c.sendChecked(st, data, allParts(st))
 		if _, err := e.svc.Complete(ctx, "usr_a", st.UploadID, upload.CompleteRequest{CRC32C: s3store.CRC32C(data)}); err != nil {
 			t.Fatal(err)
@@ -392,8 +399,6 @@ func TestWaitStatusDoesNotPollDuringALocalMerge(t *testing.T) {
 		}
 	})
 }
-
-func crcOf(b []byte) string { return s3store.CRC32C(b) }
 
 // Status reads the upload and then its file; a verification that commits
 // in between leaves it holding the upload row as it was, with the claim.

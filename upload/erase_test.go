@@ -41,14 +41,10 @@ func TestEraseDuringMergeLeavesNoObject(t *testing.T) {
 		})
 		c := newClient(t, e, "usr_a")
 		data := randomBytes(2*5*mib + 5)
-		res, err := e.svc.Init(ctx, "usr_a", upload.InitRequest{FileName: "e.bin", Size: int64(len(data)), PartSize: 5 * mib, Checksum: "CRC32C"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		st := res.Upload
+		st := c.initChecked("e.bin", data, 5*mib)
 		key := e.upload(st.UploadID).S3Key
 		c.sendChecked(st, data, allParts(st))
-		if _, err := e.svc.Complete(ctx, "usr_a", st.UploadID, upload.CompleteRequest{CRC32C: crcOf(data)}); err != nil {
+		if _, err := e.svc.Complete(ctx, "usr_a", st.UploadID, upload.CompleteRequest{CRC32C: s3store.CRC32C(data)}); err != nil {
 			t.Fatal(err)
 		}
 		e.run(t, 5*time.Second)

@@ -8,6 +8,7 @@ import (
 	"github.com/ferry-io/ferry/internal/testenv"
 	"github.com/ferry-io/ferry/jobs"
 	"github.com/ferry-io/ferry/notify"
+	"github.com/ferry-io/ferry/s3store"
 	"github.com/ferry-io/ferry/upload"
 )
 
@@ -22,10 +23,9 @@ func TestLostMultipartUploadRestarts(t *testing.T) {
 		ctx := context.Background()
 		c := newClient(t, e, "usr_a")
 		data := randomBytes(2*5*mib + 5)
-		res, _ := e.svc.Init(ctx, "usr_a", upload.InitRequest{FileName: "l.bin", Size: int64(len(data)), PartSize: 5 * mib, Checksum: "CRC32C"})
-		st := res.Upload
+		st := c.initChecked("l.bin", data, 5*mib)
 		c.sendChecked(st, data, allParts(st))
-		if _, err := e.svc.Complete(ctx, "usr_a", st.UploadID, upload.CompleteRequest{CRC32C: crcOf(data)}); err != nil {
+		if _, err := e.svc.Complete(ctx, "usr_a", st.UploadID, upload.CompleteRequest{CRC32C: s3store.CRC32C(data)}); err != nil {
 			t.Fatal(err)
 		}
 		lost := e.upload(st.UploadID)
@@ -44,7 +44,7 @@ func TestLostMultipartUploadRestarts(t *testing.T) {
 			t.Fatal("a lost multipart upload failed the upload")
 		}
 		c.sendChecked(back, data, allParts(back))
-		if _, err := e.svc.Complete(ctx, "usr_a", st.UploadID, upload.CompleteRequest{CRC32C: crcOf(data)}); err != nil {
+		if _, err := e.svc.Complete(ctx, "usr_a", st.UploadID, upload.CompleteRequest{CRC32C: s3store.CRC32C(data)}); err != nil {
 			t.Fatal(err)
 		}
 		done := e.waitVerified("usr_a", st.UploadID, 30*time.Second)
