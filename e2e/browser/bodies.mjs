@@ -1,5 +1,7 @@
 // What a PUT body costs Chromium, by kind, with no DevTools attached while
-// the bytes move (BenchmarkBrowserBodies in e2e/browser_test.go). The SDK
+// the bytes move (BenchmarkBrowserBodies in e2e/browser_test.go), and
+// what a worker's read of a File costs, by way of reading it
+// (BenchmarkBrowserReads). The SDK
 // reads each part once in its worker for the part's CRC32C and then PUTs
 // a slice of the File, which Chromium reads from the disk again; sending
 // the bytes the worker already read would save that second read. This
@@ -22,10 +24,17 @@
 //                transfers it to the page, which PUTs it (XMLHttpRequest)
 //   bytes-blob   the same, the buffer wrapped in a Blob
 //   bytes-worker the worker PUTs the buffers itself (fetch)
+// and, with cfg.legs (BenchmarkBrowserReads), the worker's read alone, by
+// each way a worker can read a File, nothing sent:
+//   read-byob    one byte stream into a reused 8 MiB buffer (the SDK's)
+//   read-stream  one byte stream, the chunks Chromium hands out
+//   read-sync    FileReaderSync of each 8 MiB slice
+//   read-slices  slice().arrayBuffer() of each 8 MiB slice
 //
 //   FERRY_E2E='{"chromium":"/usr/bin/chromium","file":"/tmp/256MiB","rounds":3}' node bodies.mjs
 // prints "RESULT {json}": per leg and round, the page's ms from start to
-// the last answer and the CPU seconds of Chromium's processes by kind.
+// the last answer (or the read's end), the bytes the sink got (or the
+// worker read) and the CPU seconds of Chromium's processes by kind.
 
 import { execFileSync } from 'node:child_process'
 import { createServer } from 'node:http'
@@ -58,7 +67,13 @@ window.runLeg = async (leg) => {
   const size = (n) => Math.min(partSize, file.size - (n - 1) * partSize)
   const t0 = performance.now()
   const worker = leg === 'file' ? null : new Worker('/worker.js')
-  if (leg === 'bytes-worker') {
+  let read = 0
+  if (leg.startsWith('read-')) {
+    read = await new Promise((resolve, reject) => {
+      worker.onmessage = (e) => (e.data.error ? reject(new Error(e.data.error)) : resolve(e.data.bytes))
+      worker.postMessage({ op: leg, file, partSize })
+    })
+  } else if (leg === 'bytes-worker') {
     await new Promise((resolve, reject) => {
       worker.onmessage = (e) => (e.data.error ? reject(new Error(e.data.error)) : resolve())
       worker.postMessage({ op: 'put', file, partSize, concurrency })
@@ -81,7 +96,7 @@ window.runLeg = async (leg) => {
     }))
   }
   if (worker) worker.terminate()
-  return performance.now() - t0
+  return { ms: performance.now() - t0, read }
 }
 </script>`
 
@@ -103,10 +118,30 @@ async function* parts(file, partSize, fresh) {
     yield new Uint8Array(buf, 0, len)
   }
 }
+// readAll reads file to its end the way op names and returns the bytes
+// it got; nothing keeps them.
+async function readAll(op, file, partSize) {
+  let bytes = 0
+  if (op === 'read-byob') {
+    for await (const b of parts(file, partSize, false)) bytes += b.byteLength
+  } else if (op === 'read-stream') {
+    const reader = file.stream().getReader()
+    for (let r = await reader.read(); !r.done; r = await reader.read()) bytes += r.value.byteLength
+  } else if (op === 'read-sync') {
+    const reader = new FileReaderSync()
+    for (let s = 0; s < file.size; s += partSize) bytes += reader.readAsArrayBuffer(file.slice(s, s + partSize)).byteLength
+  } else if (op === 'read-slices') {
+    for (let s = 0; s < file.size; s += partSize) bytes += (await file.slice(s, s + partSize).arrayBuffer()).byteLength
+  } else {
+    throw new Error('unknown leg ' + op)
+  }
+  return bytes
+}
 self.onmessage = async (e) => {
   const { op, file, partSize, concurrency } = e.data
   try {
     let n = 0
+    if (op.startsWith('read-')) postMessage({ bytes: await readAll(op, file, partSize) })
     if (op === 'read') for await (const b of parts(file, partSize, false)) postMessage({ n: ++n })
     if (op === 'transfer') for await (const b of parts(file, partSize, true)) postMessage({ n: ++n, buf: b.buffer }, [b.buffer])
     if (op === 'put') {
@@ -192,7 +227,7 @@ async function runLeg(leg) {
     setTimeout(async () => {
       let out
       try {
-        out = { ms: await window.runLeg(leg) }
+        out = await window.runLeg(leg)
       } catch (err) {
         out = { error: String(err) }
       }
@@ -206,7 +241,7 @@ async function runLeg(leg) {
   if (!report) throw new Error(`leg ${leg} did not finish in ${legTimeout} ms`)
   if (report.error) throw new Error(`leg ${leg}: ${report.error}`)
   const cpu = Object.fromEntries(Object.keys(after).map((k) => [k, Math.round((after[k] - before[k]) * 100) / 100]))
-  return { leg, ms: report.ms, bytes: received.bytes, cpu }
+  return { leg, ms: report.ms, bytes: leg.startsWith('read-') ? report.read : received.bytes, cpu }
 }
 
 let code = 0

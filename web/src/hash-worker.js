@@ -161,10 +161,12 @@ async function shaPort(port) {
 // range of ranges (contiguous, from 0). Where Blob streams are byte
 // streams (Chromium, Firefox) it reads with BYOB requests into buffers of
 // its own, reused from chunk to chunk when reuse is set (the caller is done
-// with a chunk when it asks for the next): in headless Chromium 156,
-// reading 256 MiB so took 0.39–0.52 s and 0.73–0.88 CPU s across the
-// browser's processes, against 1.56–2.19 s and 2.4–4.0 CPU s for
-// slice().arrayBuffer() of each 8 MiB, which allocates and fills a new
+// with a chunk when it asks for the next). It is the cheapest read a
+// worker has: in headless Chromium 156, BenchmarkBrowserReads (e2e) read
+// 256 MiB so in a median of 240 ms and 0.39 CPU s across the browser's
+// processes, against 317 ms and 0.53 CPU s for the stream's own chunks,
+// 455 ms and 0.69 for FileReaderSync of each 8 MiB slice, and 494 ms and
+// 0.72 for slice().arrayBuffer() of each, which allocates and fills a new
 // buffer through another trip to the browser process per chunk.
 // Elsewhere it falls back to that, one chunk read ahead.
 async function* readChunks(blob, ranges, reuse) {
