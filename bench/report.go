@@ -467,6 +467,14 @@ func digestName(checkedBy string) string {
 	return "SHA-256"
 }
 
+// digestOwn names the digest the CLI computes itself for that check.
+func digestOwn(checkedBy string) string {
+	if checkedBy == "crc32c" {
+		return "CRC32C"
+	}
+	return "SHA-256"
+}
+
 // phasesTable splits the ferry upload and download into their phases.
 func (rp report) phasesTable() string {
 	var b strings.Builder
@@ -478,7 +486,7 @@ func (rp report) phasesTable() string {
 		"sha256": fmt.Sprintf("after success, in the background: the verify job reads the object back through SHA-256 (%.2f s in the job); the client has its answer already",
 			fu.VerifySeconds),
 		"download": "the proxied GET, S3 → `ferry serve` → CLI → file",
-		"verify":   fmt.Sprintf("the CLI compares the %s it took while writing with the server's, and renames the file", digestName(rp.summarise(caseFerryDownload).Checksum)),
+		"verify":   fmt.Sprintf("the CLI compares the %s it took while writing with %s, and renames the file", digestOwn(rp.summarise(caseFerryDownload).Checksum), digestName(rp.summarise(caseFerryDownload).Checksum)),
 	}
 	header := func(kind string) {
 		fmt.Fprintf(&b, "| %s phase | what happens | wall s | `ferry serve` CPU s/GiB | `ferry serve` bytes read/GiB | CLI CPU s/GiB | S3 CPU s/GiB | cores busy |\n", kind)
