@@ -467,19 +467,15 @@ func digestName(checkedBy string) string {
 	return "SHA-256"
 }
 
-// digestOwn names the digest the CLI computes itself for that check.
-func digestOwn(checkedBy string) string {
-	if checkedBy == "crc32c" {
-		return "CRC32C"
-	}
-	return "SHA-256"
-}
-
 // phasesTable splits the ferry upload and download into their phases.
 func (rp report) phasesTable() string {
 	var b strings.Builder
 	fu := rp.summarise(caseFerryUpload)
 	dl := rp.summarise(caseFerryDownload).Checksum
+	own := "SHA-256" // the digest the CLI takes itself, to compare with digestName's
+	if dl == "crc32c" {
+		own = "CRC32C"
+	}
 	what := map[string]string{
 		"setup":    "from the CLI's start to its first part PUT: `POST /uploads`, and whatever the client reads before sending",
 		"transfer": "presign calls and part PUTs straight to S3, until S3 has answered the last one",
@@ -487,7 +483,7 @@ func (rp report) phasesTable() string {
 		"sha256": fmt.Sprintf("after success, in the background: the verify job reads the object back through SHA-256 (%.2f s in the job); the client has its answer already",
 			fu.VerifySeconds),
 		"download": "the proxied GET, S3 → `ferry serve` → CLI → file",
-		"verify":   fmt.Sprintf("the CLI compares the %s it took while writing with %s, and renames the file", digestOwn(dl), digestName(dl)),
+		"verify":   fmt.Sprintf("the CLI compares the %s it took while writing with %s, and renames the file", own, digestName(dl)),
 	}
 	header := func(kind string) {
 		fmt.Fprintf(&b, "| %s phase | what happens | wall s | `ferry serve` CPU s/GiB | `ferry serve` bytes read/GiB | CLI CPU s/GiB | S3 CPU s/GiB | cores busy |\n", kind)
