@@ -1,12 +1,15 @@
 package upload_test
 
 import (
+	"bytes"
 	"context"
+	"runtime"
 	"testing"
 	"time"
 
 	"github.com/ferry-io/ferry/errkind"
 	"github.com/ferry-io/ferry/internal/testenv"
+	"github.com/ferry-io/ferry/models"
 	"github.com/ferry-io/ferry/s3store"
 	"github.com/ferry-io/ferry/upload"
 )
@@ -135,4 +138,37 @@ func TestVerifyRecordsTheObjectCRC32C(t *testing.T) {
 			t.Fatal("the shared blob did not get its CRC32Cs back")
 		}
 	})
+}
+
+// TestVerifyReusesItsBuffer: verifying a file after another allocates far
+// less than the 4 MiB chunk verification reads into, because the first
+// one's buffer is kept for it (see verifyObject's chunk).
+func TestVerifyReusesItsBuffer(t *testing.T) {
+	db := testenv.NewDB(t, models.SQLite)
+	e := newEnv(t, db, nil)
+	ctx := context.Background()
+	data := randomBytes(upload.VerifyChunk + mib)
+	key := "verify-reuse.bin"
+	if err := e.store.Put(ctx, key, bytes.NewReader(data), int64(len(data)), ""); err != nil {
+		t.Fatal(err)
+	}
+	verify := func() uint64 {
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		sum, n, err := e.svc.VerifyObject(ctx, key)
+		runtime.ReadMemStats(&after)
+		if err != nil || n != int64(len(data)) || sum != sha(data) {
+			t.Fatalf("verify: %d bytes, %s, %v; want %d bytes, %s", n, sum, err, len(data), sha(data))
+		}
+		return after.TotalAlloc - before.TotalAlloc
+	}
+	first := verify()
+	if first < upload.VerifyChunk {
+		t.Fatalf("the first verification allocated %d bytes, less than its %d-byte buffer", first, upload.VerifyChunk)
+	}
+	for i := range 3 {
+		if got := verify(); got > upload.VerifyChunk/4 {
+			t.Fatalf("verification %d allocated %d bytes; want the first one's buffer reused (at most %d)", i+2, got, upload.VerifyChunk/4)
+		}
+	}
 }

@@ -200,6 +200,7 @@ type Service struct {
 	metrics *metrics
 	changes *notifier
 	hooks   Hooks
+	chunks  chan []byte // idle verify buffers, at most one per verify worker (see verifyObject)
 }
 
 // An Option changes a Service for a test.
@@ -251,6 +252,7 @@ func New(cfg Config, opts ...Option) (*Service, error) {
 		db: cfg.DB, store: cfg.Store, queue: cfg.Queue, links: cfg.Links, log: cfg.Log, now: cfg.Now, cfg: cfg,
 		changes: newNotifier(),
 	}
+	s.chunks = make(chan []byte, max(cfg.MergeConcurrency, 1))
 	s.metrics = newMetrics(cfg.Registerer, s.countByState)
 	for _, opt := range opts {
 		opt(s)
