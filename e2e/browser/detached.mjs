@@ -18,7 +18,7 @@ export async function launchDetached(executablePath) {
   const profile = mkdtempSync(join(tmpdir(), 'ferry-chromium-'))
   const proc = spawn(executablePath, ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic',
     '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync',
-    '--remote-debugging-port=0', '--user-data-dir=' + profile, 'about:blank'], { stdio: ['ignore', 'ignore', 'pipe'] })
+    '--remote-debugging-port=0', '--user-data-dir=' + profile, 'about:blank'], { stdio: ['ignore', 'ignore', 'pipe'], detached: true })
   const devtools = await new Promise((resolve, reject) => {
     let err = ''
     const timer = setTimeout(() => reject(new Error('Chromium printed no DevTools address:\n' + err)), 30000)
@@ -51,14 +51,20 @@ export async function launchDetached(executablePath) {
       throw new Error(`no page was titled ${title} within ${timeoutMs} ms`)
     },
     // close stops Chromium and, once it has exited (it writes to its
-    // profile until then), removes the profile.
+    // profile until then), removes the profile. Chromium runs in a process
+    // group of its own (detached above) and the whole group is stopped:
+    // a helper that outlived the browser process went on writing to the
+    // profile while it was being removed, and the removal failed.
     async close() {
       if (proc.exitCode === null && proc.signalCode === null) {
         const exited = new Promise((resolve) => proc.once('exit', resolve))
-        proc.kill()
+        process.kill(-proc.pid, 'SIGTERM')
         await exited
       }
-      rmSync(profile, { recursive: true, force: true, maxRetries: 5 })
+      try {
+        process.kill(-proc.pid, 'SIGKILL')
+      } catch {} // the group is gone already
+      rmSync(profile, { recursive: true, force: true, maxRetries: 10, retryDelay: 200 })
     },
   }
 }
