@@ -743,7 +743,10 @@ func TestBrowserDeclaredHashGivesFile(t *testing.T) {
 // reading and hashing nothing in the page; and a last leg sends the bare
 // file through the SDK with skipHash: the UI's path without the SHA-256,
 // which is what the client's hash costs. ui-puts/bare compares the UI up
-// to its last PUT's answer with the bare PUTs.
+// to its last PUT's answer with the bare PUTs. Each leg that completes
+// also reports ferry's merge job from ferry's log (merge-ms for the UI's):
+// S3's CompleteMultipartUpload with a ListParts and one transaction, so
+// the store's share of the time from complete to success.
 // FERRY_BENCH_UPLINK (MiB/s) limits the page's upload rate, as a real link
 // would; by default the page sends as fast as the loopback goes. Unlimited,
 // every leg runs with DevTools detached (e2e/browser/detached.mjs), as in a
@@ -789,6 +792,20 @@ func BenchmarkBrowserUpload(b *testing.B) {
 	runBrowser(b, map[string]any{"scenario": "bench", "url": f.URL, "token": tok, "s3": s3Addr(f), "raw": raw, "ui": ui,
 		"ferryPid": f.cmd.Process.Pid, "uplink": uplink}, &res)
 	b.StopTimer()
+	// The legs that complete run one after another (the completed bare
+	// PUTs, the UI, skipHash in each round), so ferry's log holds their
+	// merges in that order.
+	merges := f.LogLines("upload completed")
+	if len(merges) != 3*len(res.Runs) {
+		b.Fatalf("ferry logged %d merges, want 3 for each of %d rounds", len(merges), len(res.Runs))
+	}
+	mergeMS := func(round, leg int) float64 {
+		d, ok := merges[3*round+leg]["elapsed"].(float64)
+		if !ok {
+			b.Fatalf("merge log %v has no elapsed nanoseconds", merges[3*round+leg])
+		}
+		return d / 1e6
+	}
 	median := func(f func(i int) float64) float64 {
 		v := make([]float64, len(res.Runs))
 		for i := range v {
@@ -807,12 +824,13 @@ func BenchmarkBrowserUpload(b *testing.B) {
 			"UI %.0f ms (%.0f MiB/s), ratio %.2f (%.2f to the CRC32C PUTs, %.2f to the completed ones); "+
 			"UI stages (ms from choosing the file): ferry answered POST /uploads %.0f, first PUT %.0f, SHA-256 declared %.0f, last PUT done %.0f, "+
 			"complete sent %.0f, answered %.0f, success %.0f; %.0f PUTs, %.0f presigns; SDK with skipHash %.0f ms (ratio %.2f). "+
+			"ferry's merge job (S3's CompleteMultipartUpload in it): completed bare PUTs %.0f ms, UI %.0f ms, skipHash %.0f ms. "+
 			"CPU seconds: bare PUTs %v; with CRC32Cs %v; with CRC32Cs and complete %v; UI %v; skipHash %v",
 			i+1, r.Raw, mibps(r.Raw), r.RawCRC, mibps(r.RawCRC),
 			r.RawDone.Total, mibps(r.RawDone.Total), r.RawDone.LastPut, r.RawDone.Completed,
 			r.UI["total"], mibps(r.UI["total"]), r.Raw/r.UI["total"], r.RawCRC/r.UI["total"], r.RawDone.Total/r.UI["total"],
 			r.UI["init"], r.UI["firstPut"], r.UI["declared"], r.UI["lastPut"], r.UI["completeSent"], r.UI["completed"], r.UI["total"], r.UI["puts"], r.UI["presigns"],
-			r.SkipHash, r.Raw/r.SkipHash, r.RawCPU, r.RawCRCCPU, r.RawDoneCPU, r.UICPU, r.SkipCPU)
+			r.SkipHash, r.Raw/r.SkipHash, mergeMS(i, 0), mergeMS(i, 1), mergeMS(i, 2), r.RawCPU, r.RawCRCCPU, r.RawDoneCPU, r.UICPU, r.SkipCPU)
 	}
 	b.ReportMetric(median(func(i int) float64 { return res.Runs[i].Raw / res.Runs[i].UI["total"] }), "ui/bare")
 	b.ReportMetric(median(func(i int) float64 { return res.Runs[i].RawCRC / res.Runs[i].UI["total"] }), "ui/bare-crc32c")
@@ -825,6 +843,7 @@ func BenchmarkBrowserUpload(b *testing.B) {
 	b.ReportMetric(median(func(i int) float64 { return mibps(res.Runs[i].UI["total"]) }), "ui-MiB/s")
 	b.ReportMetric(median(func(i int) float64 { return mibps(res.Runs[i].Raw) }), "bare-MiB/s")
 	b.ReportMetric(median(func(i int) float64 { return res.Runs[i].UI["total"] - res.Runs[i].UI["lastPut"] }), "ms-after-last-put")
+	b.ReportMetric(median(func(i int) float64 { return mergeMS(i, 1) }), "merge-ms")
 	b.ReportMetric(0, "ns/op")
 }
 
