@@ -200,7 +200,7 @@ type Service struct {
 	metrics *metrics
 	changes *notifier
 	hooks   Hooks
-	chunks  chan []byte // idle verify buffers, at most one per verify worker (see verifyObject)
+	chunks  chan []byte // idle verify buffers, at most one per verify worker (see chunk)
 }
 
 // An Option changes a Service for a test.
@@ -250,9 +250,8 @@ func New(cfg Config, opts ...Option) (*Service, error) {
 	}
 	s := &Service{
 		db: cfg.DB, store: cfg.Store, queue: cfg.Queue, links: cfg.Links, log: cfg.Log, now: cfg.Now, cfg: cfg,
-		changes: newNotifier(),
+		changes: newNotifier(), chunks: make(chan []byte, max(cfg.MergeConcurrency, 1)),
 	}
-	s.chunks = make(chan []byte, max(cfg.MergeConcurrency, 1))
 	s.metrics = newMetrics(cfg.Registerer, s.countByState)
 	for _, opt := range opts {
 		opt(s)
