@@ -221,7 +221,8 @@ func run(ctx context.Context, log *slog.Logger, o options) error {
 		}
 	}
 	mach.LoadEnd, mach.Finished = loadAvg(), time.Now()
-	log.Info("load average at end", "load", mach.LoadEnd)
+	mach.SHA256EndGBps = sha256Rate()
+	log.Info("load average at end", "load", mach.LoadEnd, "sha256_gbps_start", mach.SHA256GBps, "sha256_gbps_end", mach.SHA256EndGBps)
 
 	rep := report{
 		Info: runInfo{
