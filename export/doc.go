@@ -25,7 +25,8 @@
 // messages in seq order, ShardSize messages per shard. Each shard is then
 // rendered as JSON Lines with sorted keys and no run-time values, its
 // SHA-256 recorded in the database and its bytes put at
-// exports/<id>/shards/<n>. A rerun verifies each recorded shard against its
+// exports/<id>/shards/<n>, in a PUT signed with that hash so that S3
+// refuses any other bytes. A rerun verifies each recorded shard against its
 // object and skips it when they match; a missing or altered object is
 // regenerated, and a regenerated shard whose hash differs from the record
 // fails the export for good: the generator is not deterministic, and

@@ -59,7 +59,10 @@ var (
 // Storage is the object store an export writes to. *s3store.Store
 // implements it.
 type Storage interface {
-	Put(ctx context.Context, key string, body io.Reader, size int64, contentType string) error
+	// PutSHA256 stores body, whose SHA-256 (hex) the caller computed, and
+	// only if the store receives exactly those bytes (see
+	// s3store.Store.PutSHA256).
+	PutSHA256(ctx context.Context, key string, body []byte, sha256Hex, contentType string) error
 	Get(ctx context.Context, key string) (io.ReadCloser, error)
 	// WriteObject makes key hold what fill writes, or nothing if fill
 	// or the write fails (see s3store.Store.WriteObject).

@@ -1,6 +1,7 @@
 package s3store
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -20,6 +21,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/smithy-go"
+	"github.com/aws/smithy-go/middleware"
 )
 
 // API is the part of the S3 client that Store calls. Declaring it keeps the
@@ -769,14 +771,47 @@ func (s *Store) ListObjects(ctx context.Context, prefix string, limit int) ([]Ob
 // Put stores a small object in one request. For large or unknown sizes use
 // WriteObject.
 func (s *Store) Put(ctx context.Context, key string, body io.Reader, size int64, contentType string) error {
+	return s.put(ctx, key, body, size, contentType)
+}
+
+// PutSHA256 stores a small object whose SHA-256 (hex) the caller has
+// already computed. The request is signed with that hash, over HTTP and
+// HTTPS alike, so the SDK does not read the body a second time to compute
+// one (over HTTP it would), and S3 refuses a body that does not hash to it
+// (XAmzContentSHA256Mismatch): the object holds exactly the bytes the
+// caller hashed.
+func (s *Store) PutSHA256(ctx context.Context, key string, body []byte, sha256Hex, contentType string) error {
+	return s.put(ctx, key, bytes.NewReader(body), int64(len(body)), contentType, withPayloadHash(sha256Hex))
+}
+
+func (s *Store) put(ctx context.Context, key string, body io.Reader, size int64, contentType string, opts ...func(*s3.Options)) error {
 	in := &s3.PutObjectInput{Bucket: &s.bucket, Key: &key, Body: body, ContentLength: aws.Int64(size)}
 	if contentType != "" {
 		in.ContentType = &contentType
 	}
 	ctx, cancel := s.transfer(ctx)
 	defer cancel()
-	_, err := s.api.PutObject(ctx, in)
+	_, err := s.api.PutObject(ctx, in, opts...)
 	return translate("PutObject", err)
+}
+
+// computePayloadHashID is the SDK's ID of the Finalize step that hashes
+// the payload for SigV4 (or marks it UNSIGNED-PAYLOAD over HTTPS); the
+// constant is unexported in aws/signer/v4. Both forms keep a hash already
+// in the context.
+const computePayloadHashID = "ComputePayloadHash"
+
+// withPayloadHash makes the SDK sign a request with sha256Hex as its
+// payload hash instead of computing one.
+func withPayloadHash(sha256Hex string) func(*s3.Options) {
+	return func(o *s3.Options) {
+		o.APIOptions = append(o.APIOptions, func(st *middleware.Stack) error {
+			return st.Finalize.Insert(middleware.FinalizeMiddlewareFunc("ferryPayloadHash",
+				func(ctx context.Context, in middleware.FinalizeInput, next middleware.FinalizeHandler) (middleware.FinalizeOutput, middleware.Metadata, error) {
+					return next.HandleFinalize(v4.SetPayloadHash(ctx, sha256Hex), in)
+				}), computePayloadHashID, middleware.Before)
+		})
+	}
 }
 
 // Delete removes an object. A missing object is not an error.

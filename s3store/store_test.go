@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -363,6 +364,33 @@ func TestWriteObjectStreamsMultipart(t *testing.T) {
 			t.Fatalf("aborted writer left %d multipart uploads", len(ups))
 		}
 	})
+}
+
+// TestPutSHA256SignsTheCallersHash: the hash the caller gives is the one
+// the request is signed with, and S3 stores the body only if it hashes to
+// it.
+func TestPutSHA256SignsTheCallersHash(t *testing.T) {
+	st := testenv.Store(t)
+	ctx := context.Background()
+	body := randomBytes(300_000)
+	sum := sha256.Sum256(body)
+	if err := st.PutSHA256(ctx, "sha/right", body, hex.EncodeToString(sum[:]), "application/x-ndjson"); err != nil {
+		t.Fatalf("PutSHA256 with the body's hash: %v", err)
+	}
+	if got := readBack(t, st, "sha/right"); !bytes.Equal(got, body) {
+		t.Fatalf("read back %d bytes, want the %d put", len(got), len(body))
+	}
+
+	// The hash of other bytes: were it not what the request is signed
+	// with, the SDK would hash the body itself and S3 would take it.
+	other := sha256.Sum256(append([]byte("x"), body...))
+	err := st.PutSHA256(ctx, "sha/wrong", body, hex.EncodeToString(other[:]), "application/x-ndjson")
+	if err == nil {
+		t.Fatal("PutSHA256 with another body's hash succeeded")
+	}
+	if _, err := st.Head(ctx, "sha/wrong"); !errors.Is(err, s3store.ErrNotFound) {
+		t.Fatalf("the refused object: %v, want not found", err)
+	}
 }
 
 func TestErrorsAreTranslated(t *testing.T) {
