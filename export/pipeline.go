@@ -1,11 +1,9 @@
 package export
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"hash"
@@ -371,20 +369,10 @@ func (s *Service) render(e models.Export, sh models.ExportShard, msgs []chat.Mes
 			}
 		}
 	}
-	buf := bytes.NewBuffer(make([]byte, 0, size))
-	enc := json.NewEncoder(buf)
-	enc.SetEscapeHTML(false)
+	b := make([]byte, 0, size)
 	for _, m := range msgs {
-		l := line{Attachments: m.Attachments, Body: m.Body, Conv: m.Conversation, Gseq: m.Gseq, Recalled: m.Recalled,
-			Sender: m.Sender, SentAt: m.SentAt.UTC().Format(sentAtLayout), Seq: m.Seq}
-		if l.Attachments == nil {
-			l.Attachments = []string{}
-		}
-		if err := enc.Encode(l); err != nil {
-			return nil, err
-		}
+		b = appendLine(b, m)
 	}
-	b := buf.Bytes()
 	if h := s.hooks.MutateShard; h != nil {
 		b = h(e.ID, sh.N, b)
 	}

@@ -3,7 +3,6 @@ package export
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
@@ -43,19 +42,7 @@ func TestRenderSizesItsBuffer(t *testing.T) {
 			}
 			var want bytes.Buffer
 			for _, m := range c.msgs {
-				l := line{Attachments: m.Attachments, Body: m.Body, Conv: m.Conversation, Gseq: m.Gseq, Recalled: m.Recalled,
-					Sender: m.Sender, SentAt: m.SentAt.UTC().Format(sentAtLayout), Seq: m.Seq}
-				if l.Attachments == nil {
-					l.Attachments = []string{}
-				}
-				j, err := json.Marshal(l)
-				if err != nil {
-					t.Fatal(err)
-				}
-				// Marshal escapes <, > and & for HTML; shards do not.
-				j = bytes.ReplaceAll(bytes.ReplaceAll(bytes.ReplaceAll(j, []byte(`\u003c`), []byte("<")), []byte(`\u003e`), []byte(">")), []byte(`\u0026`), []byte("&"))
-				want.Write(j)
-				want.WriteByte('\n')
+				want.Write(jsonLine(t, m))
 			}
 			if !bytes.Equal(b, want.Bytes()) {
 				t.Fatalf("rendered\n%s\nwant\n%s", b, want.Bytes())

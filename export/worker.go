@@ -228,8 +228,9 @@ func (s *Service) eachShard(ctx context.Context, id string, fn func(models.Expor
 	}
 }
 
-// line is one message of the artifact. Fields are declared in key order,
-// so encoding/json writes the keys sorted.
+// line is one message of the artifact as encoding/json reads and writes
+// it, fields in key order so that the keys come sorted. appendLine writes
+// the same bytes without reflection; tests decode lines into it.
 type line struct {
 	Attachments []string `json:"attachments"`
 	Body        string   `json:"body"`
