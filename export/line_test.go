@@ -46,6 +46,20 @@ func TestShardBytesAreStable(t *testing.T) {
 	}
 }
 
+// line is one message of the artifact as encoding/json reads and writes
+// it, fields in key order so that the keys come sorted: the reference
+// appendLine is held to, and what tests decode lines into.
+type line struct {
+	Attachments []string `json:"attachments"`
+	Body        string   `json:"body"`
+	Conv        string   `json:"conv"`
+	Gseq        int64    `json:"gseq"`
+	Recalled    bool     `json:"recalled"`
+	Sender      string   `json:"sender"`
+	SentAt      string   `json:"sent_at"`
+	Seq         int64    `json:"seq"`
+}
+
 // jsonLine is a line as encoding/json writes it, which appendLine must
 // match byte for byte.
 func jsonLine(t testing.TB, m chat.Message) []byte {

@@ -228,20 +228,6 @@ func (s *Service) eachShard(ctx context.Context, id string, fn func(models.Expor
 	}
 }
 
-// line is one message of the artifact as encoding/json reads and writes
-// it, fields in key order so that the keys come sorted. appendLine writes
-// the same bytes without reflection; tests decode lines into it.
-type line struct {
-	Attachments []string `json:"attachments"`
-	Body        string   `json:"body"`
-	Conv        string   `json:"conv"`
-	Gseq        int64    `json:"gseq"`
-	Recalled    bool     `json:"recalled"`
-	Sender      string   `json:"sender"`
-	SentAt      string   `json:"sent_at"`
-	Seq         int64    `json:"seq"`
-}
-
 // sentAtLayout is fixed-width, UTC, microseconds: the stored precision.
 const sentAtLayout = "2006-01-02T15:04:05.000000Z"
 
