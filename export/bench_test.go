@@ -29,7 +29,7 @@ import (
 //	go test -run '^$' -bench BenchmarkExportScale -benchtime 1x ./export
 //
 // FERRY_BENCH_DB=sqlite runs it on SQLite instead of MariaDB;
-// FERRY_BENCH_SHARD_SIZE sets the messages per shard (200);
+// FERRY_BENCH_SHARD_SIZE sets the messages per shard (default 1000);
 // FERRY_BENCH_CPUPROFILE=DIR writes each child's CPU profile to
 // DIR/scan.prof and DIR/export.prof.
 //
