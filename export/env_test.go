@@ -65,6 +65,10 @@ func newEnv(t *testing.T, db *testenv.DB, store *s3store.Store, o Config, opts .
 	}
 }
 
+// withStageBytes bounds the shard bytes in a run's stages at n instead
+// of stageBytes.
+func withStageBytes(n int64) Option { return func(s *Service) { s.stageBytes = n } }
+
 // withDeps is o with the dependencies every test service shares.
 func withDeps(o Config, db *gorm.DB, store Storage, q *jobs.Queue) Config {
 	o.DB, o.Store, o.Queue, o.Links = db, store, q, testLinks

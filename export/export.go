@@ -87,6 +87,9 @@ type Hooks struct {
 	// MutateShard, when set, replaces a freshly generated shard's bytes
 	// before they are hashed: a forced non-deterministic generator.
 	MutateShard func(id string, n int, b []byte) []byte
+	// Held runs when shard n's size bytes join the stages that end with
+	// its assembly (Assembled).
+	Held func(id string, n, size int)
 }
 
 // Config configures a Service. Zero values take the defaults noted.
@@ -123,6 +126,8 @@ type Service struct {
 	hooks   Hooks
 	log     *slog.Logger
 	metrics *metrics
+
+	stageBytes int64 // see pipeline.go
 }
 
 // An Option changes a Service for a test.
@@ -169,7 +174,7 @@ func New(o Config, opts ...Option) (*Service, error) {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	s := &Service{db: o.DB, store: o.Store, queue: o.Queue, links: o.Links, opts: o, log: o.Log, metrics: newMetrics(o.Registerer)}
+	s := &Service{db: o.DB, store: o.Store, queue: o.Queue, links: o.Links, opts: o, log: o.Log, metrics: newMetrics(o.Registerer), stageBytes: stageBytes}
 	for _, opt := range opts {
 		opt(s)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/klauspost/compress/gzip"
 	"golang.org/x/sync/errgroup"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/ferry-io/ferry/chat"
 	"github.com/ferry-io/ferry/models"
@@ -42,20 +43,32 @@ import (
 //     gzip into the artifact's multipart upload while hashing. It takes
 //     them from memory, so no shard is read back from the bucket.
 //
-// Memory is bounded by the windows in the stages, genWorkers generation
-// batches, and the artifact writer's two part buffers. On two cores the
-// stages keep both busy; what limits a run there is CPU: the S3 server's
-// per PUT (one per shard, hence the default of 1,000 messages a shard),
-// the database's per read (hence genMessages, a few default shards a
-// read: each read is three statements, the membership intervals, the
-// messages with their recalls and the attachments) and ferry's own for
-// JSON, gzip and SHA-256.
+// Memory is bounded by stageBytes of shards between the producer and the
+// assembler (or one larger shard alone), genWorkers generation batches
+// (read, rendered or waiting for their turn), and the artifact writer's
+// two part buffers. Windows alone did not bound it: a message may render
+// to about 96 KiB of JSON (16 KiB of control characters, each escaped as
+// \u00XX), a shard of such messages is a window of its own, and the
+// stages held up to seven windows. A generation batch is still bounded by
+// its messages only, up to genMessages of them.
+//
+// On two cores the stages keep both busy; what limits a run there is
+// CPU: the S3 server's per PUT (one per shard, hence the default of 1,000
+// messages a shard), the database's per read (hence genMessages, a few
+// default shards a read: each read is four statements, the membership
+// intervals, the messages, their recalls and their attachments) and
+// ferry's own for JSON, gzip and SHA-256.
 const (
 	windowShards = 32
 	windowBytes  = 4 << 20
 	genMessages  = 4000 // messages one generation read covers, at least one shard's
 	genWorkers   = 3
 	putsInFlight = 16
+	// stageBytes is the most shard bytes the stages after the producer
+	// hold at once. Windows of ordinary messages stay under it (at most
+	// seven of about 4 MiB: the producer's, three channels' and three
+	// stages'), so it binds only when shards are large.
+	stageBytes = 32 << 20
 )
 
 // Shard results, as counted in metrics and logs.
@@ -72,6 +85,7 @@ type pendingShard struct {
 	data   []byte // the shard's bytes, always set once produced
 	sum    string // their SHA-256 hex
 	record bool   // sum is new: record it before the put
+	held   int64  // of the run's stageBytes, until it is assembled
 }
 
 // build makes every shard of the plan exist in the bucket with its
@@ -119,12 +133,13 @@ type built struct {
 // pipeline runs the four stages until every shard is in asm.
 func (s *Service) pipeline(ctx context.Context, e models.Export, asm *assembler, st *runStats, log *slog.Logger) error {
 	g, gctx := errgroup.WithContext(ctx)
+	held := semaphore.NewWeighted(s.stageBytes)
 	produced := make(chan []pendingShard, 1)
 	recorded := make(chan []pendingShard, 1)
 	stored := make(chan []pendingShard, 1)
 	g.Go(func() error {
 		defer close(produced)
-		return s.produce(gctx, e, produced)
+		return s.produce(gctx, e, held, produced)
 	})
 	g.Go(func() error {
 		defer close(recorded)
@@ -156,6 +171,7 @@ func (s *Service) pipeline(ctx context.Context, e models.Export, asm *assembler,
 				if err := asm.add(p); err != nil {
 					return fmt.Errorf("assemble: %w", err)
 				}
+				held.Release(p.held)
 			}
 		}
 		return nil
@@ -175,13 +191,19 @@ func send(ctx context.Context, ch chan<- []pendingShard, w []pendingShard) error
 
 // produce walks the plan and sends windows of produced shards.
 // Up to genWorkers tasks (a batch to generate, or a recorded shard to
-// check) run at once; their results are taken in plan order.
-func (s *Service) produce(ctx context.Context, e models.Export, out chan<- []pendingShard) error {
+// check) run or wait at once; their results are taken in plan order. Each
+// shard takes its size (at most all of it) from held before it joins a
+// window, and the assembler gives it back.
+func (s *Service) produce(ctx context.Context, e models.Export, held *semaphore.Weighted, out chan<- []pendingShard) error {
 	g, gctx := errgroup.WithContext(ctx)
 	tasks := make(chan *task, genWorkers)
+	// A slot is taken when a task starts and given back when its shards
+	// have joined a window, not when it ends: finished tasks waiting for
+	// their turn hold their shards too.
+	slots := make(chan struct{}, genWorkers)
 	g.Go(func() error {
 		defer close(tasks)
-		return s.schedule(gctx, e, tasks)
+		return s.schedule(gctx, e, slots, tasks)
 	})
 	g.Go(func() error {
 		var window []pendingShard
@@ -203,6 +225,22 @@ func (s *Service) produce(ctx context.Context, e models.Export, out chan<- []pen
 				return t.err
 			}
 			for _, p := range t.shards {
+				p.held = min(int64(len(p.data)), s.stageBytes)
+				if !held.TryAcquire(p.held) {
+					// Whatever this waits for must be able to reach the
+					// assembler: send the shards taken so far first.
+					if len(window) > 0 {
+						if err := flush(); err != nil {
+							return err
+						}
+					}
+					if err := held.Acquire(gctx, p.held); err != nil {
+						return err
+					}
+				}
+				if h := s.hooks.Held; h != nil {
+					h(e.ID, p.sh.N, len(p.data))
+				}
 				window = append(window, p)
 				buffered += len(p.data)
 				if len(window) >= windowShards || buffered >= windowBytes {
@@ -211,6 +249,7 @@ func (s *Service) produce(ctx context.Context, e models.Export, out chan<- []pen
 					}
 				}
 			}
+			<-slots
 		}
 		if len(window) > 0 {
 			return flush()
@@ -228,19 +267,18 @@ type task struct {
 	done   chan struct{}
 }
 
-// schedule walks the plan, sends its tasks in order and starts them, at
-// most genWorkers at a time.
-func (s *Service) schedule(ctx context.Context, e models.Export, tasks chan<- *task) error {
-	sem := make(chan struct{}, genWorkers)
+// schedule walks the plan, sends its tasks in order and starts each once
+// it has one of slots, which produce gives back.
+func (s *Service) schedule(ctx context.Context, e models.Export, slots chan<- struct{}, tasks chan<- *task) error {
 	start := func(t *task) error {
 		select {
-		case sem <- struct{}{}:
+		case slots <- struct{}{}:
 		case <-ctx.Done():
 			return ctx.Err()
 		}
 		t.done = make(chan struct{})
 		go func() {
-			defer func() { <-sem; close(t.done) }()
+			defer close(t.done)
 			t.err = s.runTask(ctx, e, t)
 		}()
 		select {

@@ -1,0 +1,74 @@
+package export
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ferry-io/ferry/chat"
+	"github.com/ferry-io/ferry/internal/testenv"
+)
+
+// Shards of large messages go through the stages a run's byte budget at
+// a time: when every shard exceeds it, the stages between the producer
+// and the assembler hold one shard at a time (bounded by windows alone,
+// they held all 30 of this test's shards, 11.6 MB, at once). The artifact
+// is the same as with the default budget.
+func TestStagesHoldBoundedBytes(t *testing.T) {
+	testenv.ForEachDB(t, func(t *testing.T, db *testenv.DB) {
+		const budget = 64 << 10
+		var mu sync.Mutex
+		held, most, largest, shards := 0, 0, 0, 0
+		sizes := map[int]int{}
+		hooks := Hooks{
+			Held: func(_ string, n, size int) {
+				mu.Lock()
+				defer mu.Unlock()
+				sizes[n] = size
+				held += size
+				most, largest = max(most, held), max(largest, size)
+				shards++
+			},
+			Assembled: func(_ string, n int) error {
+				mu.Lock()
+				defer mu.Unlock()
+				held -= sizes[n]
+				return nil
+			},
+		}
+		bounded := newEnv(t, db, nil, Config{ShardSize: 4}, WithHooks(hooks), withStageBytes(budget))
+		ctx := context.Background()
+		var ids []string
+		for i := range 2 {
+			ids = append(ids, bounded.user(fmt.Sprintf("u%d", i), false).ID)
+		}
+		if _, err := chat.Seed(ctx, db.DB, chat.SeedOptions{Users: ids, Conversations: 2, Messages: 120, Seed: 9}); err != nil {
+			t.Fatal(err)
+		}
+		// 16 KiB of U+0001 renders to 96 KiB of JSON: about 390 KiB a shard.
+		if err := db.Exec("UPDATE messages SET body = ?", strings.Repeat("\x01", chat.MaxBodyBytes)).Error; err != nil {
+			t.Fatal(err)
+		}
+		v := bounded.create(chat.Actor{ID: ids[0]}, "k", "all")
+		stop := bounded.start()
+		got := bounded.wait(v.ID, 120*time.Second, StateDone)
+		stop()
+		if shards < 20 || largest <= budget {
+			t.Fatalf("%d shards, the largest %d bytes: the test needs many shards over the budget", shards, largest)
+		}
+		if most > largest {
+			t.Fatalf("the stages held %d bytes at once; with every shard over the %d-byte budget they may hold one (at most %d)", most, budget, largest)
+		}
+
+		free := newEnv(t, db, nil, Config{ShardSize: 4})
+		w := free.create(chat.Actor{ID: ids[0]}, "k2", "all")
+		free.start()
+		want := free.wait(w.ID, 120*time.Second, StateDone)
+		if *got.SHA256 != *want.SHA256 || *got.MessageCount != *want.MessageCount {
+			t.Fatalf("artifact %s (%d messages) under the budget, %s (%d) without", *got.SHA256, *got.MessageCount, *want.SHA256, *want.MessageCount)
+		}
+	})
+}
