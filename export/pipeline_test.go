@@ -1,8 +1,6 @@
 package export
 
 import (
-	"context"
-	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -15,9 +13,8 @@ import (
 // Shards go through the stages a run's byte budget at a time, a shard
 // larger than the budget counting as the whole of it: with shards of
 // large messages, the stages between the producer and the assembler hold
-// one at a time (bounded by windows alone, they held all 30 of this
-// test's shards, 11.6 MB, at once). The artifact is the same as with the
-// default budget.
+// one at a time (bounded by windows alone, they held every shard of this
+// test at once). The artifact is the same as with the default budget.
 func TestStagesHoldBoundedBytes(t *testing.T) {
 	testenv.ForEachDB(t, func(t *testing.T, db *testenv.DB) {
 		const budget = 64 << 10
@@ -43,14 +40,7 @@ func TestStagesHoldBoundedBytes(t *testing.T) {
 			},
 		}
 		bounded := newEnv(t, db, nil, Config{ShardSize: 4}, WithHooks(hooks), withStageBytes(budget))
-		ctx := context.Background()
-		var ids []string
-		for i := range 2 {
-			ids = append(ids, bounded.user(fmt.Sprintf("u%d", i), false).ID)
-		}
-		if _, err := chat.Seed(ctx, db.DB, chat.SeedOptions{Users: ids, Conversations: 2, Messages: 120, Seed: 9}); err != nil {
-			t.Fatal(err)
-		}
+		ids := seedUsers(t, bounded, 2, 120)
 		// 16 KiB of U+0001 renders to 96 KiB of JSON: about 390 KiB a shard.
 		if err := db.Exec("UPDATE messages SET body = ?", strings.Repeat("\x01", chat.MaxBodyBytes)).Error; err != nil {
 			t.Fatal(err)
