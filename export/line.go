@@ -46,6 +46,55 @@ func appendLine(b []byte, m chat.Message) []byte {
 	return append(b, "}\n"...)
 }
 
+// lineLen is the length of m's line, as appendLine writes it: a shard's
+// buffer is allocated once at its size. (Sized as if nothing needed
+// escaping, a shard of control characters grew by copies to six times
+// that, and the copies left behind weighed more than the shards.)
+func lineLen(m chat.Message) int {
+	n := lineOverhead + jsonStringLen(m.Body) + jsonStringLen(m.Conversation) + jsonStringLen(m.Sender) - 6 + digits(m.Gseq) + digits(m.Seq)
+	if m.Recalled {
+		n-- // true is a letter shorter than false
+	}
+	for i, a := range m.Attachments {
+		n += jsonStringLen(a)
+		if i > 0 {
+			n++ // a comma
+		}
+	}
+	if year := m.SentAt.UTC().Year(); year < 0 || year > 9999 {
+		n += len(appendSentAt(nil, m.SentAt)) - len(sentAtLayout)
+	}
+	return n
+}
+
+// jsonStringLen is the length of s as appendJSONString quotes it.
+func jsonStringLen(s string) int {
+	n := len(s) + 2
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			switch {
+			case c >= 0x20 && c != '"' && c != '\\':
+			case c == '"', c == '\\', c == '\b', c == '\f', c == '\n', c == '\r', c == '\t':
+				n++
+			default:
+				n += 5 // \u00XX
+			}
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			n += 5 // \ufffd
+		case r == '\u2028' || r == '\u2029':
+			n += 3 // \u202X
+		}
+		i += size
+	}
+	return n
+}
+
 const hexDigits = "0123456789abcdef"
 
 // appendJSONString appends s quoted as encoding/json quotes a string with

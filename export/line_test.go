@@ -108,6 +108,16 @@ func TestLineIsEncodingJSONs(t *testing.T) {
 		if got, want := appendLine(nil, m), jsonLine(t, m); !bytes.Equal(got, want) {
 			t.Fatalf("message %d (%+v):\n got %q\nwant %q", i, m, got, want)
 		}
+		checkLineSizes(t, m)
+	}
+}
+
+// checkLineSizes holds render's buffer size (lineLen) to the line's.
+func checkLineSizes(t *testing.T, m chat.Message) {
+	t.Helper()
+	n := len(appendLine(nil, m))
+	if got := lineLen(m); got != n {
+		t.Fatalf("lineLen %d for a line of %d bytes: %q", got, n, appendLine(nil, m))
 	}
 }
 
@@ -121,5 +131,6 @@ func FuzzLine(f *testing.F) {
 		if got, want := appendLine(nil, m), jsonLine(t, m); !bytes.Equal(got, want) {
 			t.Fatalf("valid UTF-8 %v:\n got %q\nwant %q", utf8.ValidString(body), got, want)
 		}
+		checkLineSizes(t, m)
 	})
 }

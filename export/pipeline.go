@@ -392,20 +392,10 @@ func (s *Service) render(e models.Export, sh models.ExportShard, msgs []chat.Mes
 		return nil, &NondeterministicError{Shard: sh.N, RecordedMsgs: sh.Messages, GotMsgs: len(msgs), messagesDiffer: true}
 	}
 	// Room for every line up front: growing the buffer as it fills
-	// copied each shard several times. The size is what a line takes
-	// when nothing needs escaping; escapes just make the buffer grow.
+	// copied each shard several times.
 	size := 0
 	for _, m := range msgs {
-		size += lineOverhead + len(m.Conversation) + len(m.Sender) + len(m.Body) + digits(m.Gseq) + digits(m.Seq)
-		if m.Recalled {
-			size-- // true is a letter shorter than false
-		}
-		for i, a := range m.Attachments {
-			size += len(a) + 2 // quoted
-			if i > 0 {
-				size++ // and a comma
-			}
-		}
+		size += lineLen(m)
 	}
 	b := make([]byte, 0, size)
 	for _, m := range msgs {
