@@ -90,6 +90,9 @@ type Hooks struct {
 	// Held runs when shard n's size bytes join the stages that end with
 	// its assembly (Assembled).
 	Held func(id string, n, size int)
+	// Rendered runs when shard n has been generated, size bytes, before
+	// they are hashed.
+	Rendered func(id string, n, size int)
 }
 
 // Config configures a Service. Zero values take the defaults noted.

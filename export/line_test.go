@@ -36,7 +36,7 @@ func goldenMessages() []chat.Message {
 // messages rendered by encoding/json, as shards were before appendLine.
 func TestShardBytesAreStable(t *testing.T) {
 	msgs := goldenMessages()
-	b, err := (&Service{}).render(models.Export{ID: "exp_x"}, models.ExportShard{Messages: len(msgs)}, msgs)
+	b, err := (&Service{}).render(models.Export{ID: "exp_x"}, models.ExportShard{Messages: len(msgs)}, msgs, linesLen(msgs))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -49,8 +49,16 @@ import (
 // two part buffers. Windows alone did not bound it: a message may render
 // to about 96 KiB of JSON (16 KiB of control characters, each escaped as
 // \u00XX), a shard of such messages is a window of its own, and the
-// stages held up to seven windows. A generation batch is still bounded by
-// its messages only, up to genMessages of them.
+// stages held up to seven windows. Nor did rendering in the generation
+// tasks: each held up to genMessages messages' worth of such shards
+// until the producer took them. A shard's size is counted from its
+// messages (lineLen) before it is rendered; a task renders it only when
+// that is at most eagerBytes. A larger one is rendered by the producer
+// when its turn comes, after it has taken its share of stageBytes, so
+// the budget covers it from its first byte; a recorded shard larger than
+// eagerBytes is fetched and checked the same way. Besides its eager
+// shards, what a batch holds is its messages, at most genMessages of
+// chat.MaxBodyBytes.
 //
 // On two cores the stages keep both busy; what limits a run there is
 // CPU: the S3 server's per PUT (one per shard, hence the default of 1,000
@@ -71,6 +79,12 @@ const (
 	stageBytes = 32 << 20
 )
 
+// eagerBytes is the most bytes of JSON a shard rendered by its
+// generation task may take; larger shards are left to the producer. A
+// default shard of ordinary messages, 1,000 of a few hundred bytes, is
+// far below it, so generation stays parallel.
+func (s *Service) eagerBytes() int64 { return s.stageBytes / 8 }
+
 // Shard results, as counted in metrics and logs.
 const (
 	shardSkipped   = "skipped"   // verified in the bucket as recorded
@@ -86,7 +100,18 @@ type pendingShard struct {
 	sum    string // their SHA-256 hex
 	record bool   // sum is new: record it before the put
 	held   int64  // of the run's stageBytes, until it is assembled
+
+	later  int            // what the producer still has to do: nothing, renderLater or checkLater
+	msgs   []chat.Message // for renderLater: the shard's messages
+	length int64          // for later: the size data will have
 }
+
+// Work a task leaves to the producer for a shard too large to make ahead
+// (eagerBytes).
+const (
+	renderLater = 1 + iota // its messages are read: render them
+	checkLater             // it is recorded: check the object, regenerate it if need be
+)
 
 // build makes every shard of the plan exist in the bucket with its
 // recorded bytes and assembles the artifact from them, returning its
@@ -167,11 +192,15 @@ func (s *Service) pipeline(ctx context.Context, e models.Export, asm *assembler,
 	})
 	g.Go(func() error {
 		for w := range stored {
-			for _, p := range w {
+			for i, p := range w {
 				if err := asm.add(p); err != nil {
 					return fmt.Errorf("assemble: %w", err)
 				}
 				held.Release(p.held)
+				// Every stage shares the window's array, and the ones
+				// before keep it until their next window: let go of the
+				// bytes here, with their share of the budget.
+				w[i] = pendingShard{}
 			}
 		}
 		return nil
@@ -224,8 +253,9 @@ func (s *Service) produce(ctx context.Context, e models.Export, held *semaphore.
 			if t.err != nil {
 				return t.err
 			}
-			for _, p := range t.shards {
-				p.held = min(int64(len(p.data)), s.stageBytes)
+			for i, p := range t.shards {
+				t.shards[i] = pendingShard{} // the window holds it now
+				p.held = min(p.size(), s.stageBytes)
 				if !held.TryAcquire(p.held) {
 					// Whatever this waits for must be able to reach the
 					// assembler: send the shards taken so far first.
@@ -237,6 +267,9 @@ func (s *Service) produce(ctx context.Context, e models.Export, held *semaphore.
 					if err := held.Acquire(gctx, p.held); err != nil {
 						return err
 					}
+				}
+				if err := s.complete(gctx, e, &p); err != nil {
+					return err
 				}
 				if h := s.hooks.Held; h != nil {
 					h(e.ID, p.sh.N, len(p.data))
@@ -325,10 +358,51 @@ func (s *Service) schedule(ctx context.Context, e models.Export, slots chan<- st
 
 // runTask fills in t's shards: a recorded shard is kept when its object
 // matches the record and regenerated otherwise; a batch is generated.
+// Shards too large to make ahead are left to the producer (complete).
 func (s *Service) runTask(ctx context.Context, e models.Export, t *task) error {
-	if t.check {
-		p := &t.shards[0]
-		data, state, err := s.fetch(ctx, shardKey(e.ID, p.sh.N), *p.sh.SHA256)
+	if p := &t.shards[0]; t.check && p.sh.Bytes != nil && *p.sh.Bytes > s.eagerBytes() {
+		p.later, p.length = checkLater, *p.sh.Bytes // a regenerated shard of another size fails the run
+		return nil
+	}
+	return s.fill(ctx, e, t.shards, t.check, true)
+}
+
+// size is the bytes p holds, or will hold once complete has made it:
+// what it takes of stageBytes, before that.
+func (p *pendingShard) size() int64 {
+	if p.later != 0 {
+		return p.length
+	}
+	return int64(len(p.data))
+}
+
+// complete does what p's task left to the producer, if anything.
+func (s *Service) complete(ctx context.Context, e models.Export, p *pendingShard) error {
+	switch p.later {
+	case renderLater:
+		msgs := p.msgs
+		p.later, p.msgs = 0, nil
+		err := s.renderShard(e, p, msgs, int(p.length))
+		clear(msgs) // the batch's other shards keep the array: drop the bodies
+		return err
+	case checkLater:
+		p.later = 0
+		shards := []pendingShard{*p}
+		if err := s.fill(ctx, e, shards, true, false); err != nil {
+			return err
+		}
+		*p = shards[0]
+	}
+	return nil
+}
+
+// fill makes shards, consecutive shards of one conversation: check says
+// they are one recorded shard to fetch and verify first. With ahead, a
+// shard whose JSON would exceed eagerBytes is read but not rendered.
+func (s *Service) fill(ctx context.Context, e models.Export, shards []pendingShard, check, ahead bool) error {
+	if check {
+		p := &shards[0]
+		data, state, err := s.fetch(ctx, shardKey(e.ID, p.sh.N), *p.sh.SHA256, p.sh.Bytes)
 		if err != nil {
 			return err
 		}
@@ -340,13 +414,13 @@ func (s *Service) runTask(ctx context.Context, e models.Export, t *task) error {
 			p.result = shardRewritten
 		}
 	}
-	return s.generate(ctx, e, t.shards)
+	return s.generate(ctx, e, shards, ahead)
 }
 
 // generate renders batch, consecutive shards of one conversation, from
-// one read of their messages. A shard that renders to other bytes than
-// recorded is a NondeterministicError.
-func (s *Service) generate(ctx context.Context, e models.Export, batch []pendingShard) error {
+// one read of their messages. With ahead, a shard whose JSON would exceed
+// eagerBytes keeps its messages for the producer to render instead.
+func (s *Service) generate(ctx context.Context, e models.Export, batch []pendingShard, ahead bool) error {
 	first, last := batch[0].sh, batch[len(batch)-1].sh
 	r := chat.Range{Conversation: first.ConversationID, Reader: snapshotReader(e.ID), AsOf: e.SnapshotGseq, FromSeq: first.FirstSeq, ToSeq: last.LastSeq}
 	visible := 0
@@ -366,37 +440,52 @@ func (s *Service) generate(ctx context.Context, e models.Export, batch []pending
 	}
 	for i := range batch {
 		p := &batch[i]
-		n := 0
+		n, size := 0, 0
 		for n < len(msgs) && msgs[n].Seq <= p.sh.LastSeq {
+			size += lineLen(msgs[n])
 			n++
 		}
-		b, err := s.render(e, p.sh, msgs[:n])
-		if err != nil {
+		mine := msgs[:n:n]
+		msgs = msgs[n:]
+		if ahead && int64(size) > s.eagerBytes() {
+			p.later, p.msgs, p.length = renderLater, mine, int64(size)
+			continue
+		}
+		if err := s.renderShard(e, p, mine, size); err != nil {
 			return err
 		}
-		msgs = msgs[n:]
-		sum := sha256.Sum256(b)
-		p.data, p.sum = b, hex.EncodeToString(sum[:])
-		if p.sh.SHA256 != nil && *p.sh.SHA256 != p.sum {
-			return &NondeterministicError{Shard: p.sh.N, Recorded: *p.sh.SHA256, Got: p.sum}
-		}
-		p.record = p.sh.SHA256 == nil
 	}
+	return nil
+}
+
+// renderShard renders p from its messages, size bytes (their lineLens),
+// and hashes it. A shard that renders to other bytes than recorded is a
+// NondeterministicError.
+func (s *Service) renderShard(e models.Export, p *pendingShard, msgs []chat.Message, size int) error {
+	b, err := s.render(e, p.sh, msgs, size)
+	if err != nil {
+		return err
+	}
+	if h := s.hooks.Rendered; h != nil {
+		h(e.ID, p.sh.N, len(b))
+	}
+	sum := sha256.Sum256(b)
+	p.data, p.sum = b, hex.EncodeToString(sum[:])
+	if p.sh.SHA256 != nil && *p.sh.SHA256 != p.sum {
+		return &NondeterministicError{Shard: p.sh.N, Recorded: *p.sh.SHA256, Got: p.sum}
+	}
+	p.record = p.sh.SHA256 == nil
 	return nil
 }
 
 // render writes shard sh's messages as JSON Lines. The output depends only
 // on the snapshot and the data at or below it, never on the run.
-func (s *Service) render(e models.Export, sh models.ExportShard, msgs []chat.Message) ([]byte, error) {
+func (s *Service) render(e models.Export, sh models.ExportShard, msgs []chat.Message, size int) ([]byte, error) {
 	if len(msgs) != sh.Messages {
 		return nil, &NondeterministicError{Shard: sh.N, RecordedMsgs: sh.Messages, GotMsgs: len(msgs), messagesDiffer: true}
 	}
-	// Room for every line up front: growing the buffer as it fills
-	// copied each shard several times.
-	size := 0
-	for _, m := range msgs {
-		size += lineLen(m)
-	}
+	// Room for every line up front (size is the sum of their lineLens):
+	// growing the buffer as it fills copied each shard several times.
 	b := make([]byte, 0, size)
 	for _, m := range msgs {
 		b = appendLine(b, m)
@@ -533,8 +622,9 @@ const (
 )
 
 // fetch reads the object at key and compares its hash with want; the
-// bytes are returned when they match.
-func (s *Service) fetch(ctx context.Context, key, want string) ([]byte, int, error) {
+// bytes are returned when they match. An object longer than the recorded
+// size, when there is one, is altered without reading the rest of it.
+func (s *Service) fetch(ctx context.Context, key, want string, size *int64) ([]byte, int, error) {
 	rc, err := s.store.Get(ctx, key)
 	if errors.Is(err, s3store.ErrNotFound) {
 		return nil, objectMissing, nil
@@ -543,8 +633,20 @@ func (s *Service) fetch(ctx context.Context, key, want string) ([]byte, int, err
 		return nil, 0, err
 	}
 	defer rc.Close()
-	b, err := io.ReadAll(rc)
-	if err != nil {
+	var b []byte
+	if size != nil {
+		// The recorded size and a byte more, in one buffer: grown as
+		// it filled, the buffer of a large shard was copied many times.
+		b = make([]byte, *size+1)
+		n, err := io.ReadFull(rc, b)
+		if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
+			return nil, 0, err
+		}
+		if int64(n) != *size {
+			return nil, objectAltered, nil
+		}
+		b = b[:n]
+	} else if b, err = io.ReadAll(rc); err != nil {
 		return nil, 0, err
 	}
 	if sum := sha256.Sum256(b); hex.EncodeToString(sum[:]) != want {

@@ -14,14 +14,26 @@ import (
 // larger than the budget counting as the whole of it: with shards of
 // large messages, the stages between the producer and the assembler hold
 // one at a time (bounded by windows alone, they held every shard of this
-// test at once). The artifact is the same as with the default budget.
+// test at once). Nor are such shards rendered before they have their
+// share of the budget: the producer renders them in their turn, so the
+// shards rendered and not yet assembled weigh no more than the budget
+// either (rendered by their tasks, each conversation's shards were all
+// rendered at once). The artifact is the same as with the default
+// budget.
 func TestStagesHoldBoundedBytes(t *testing.T) {
 	testenv.ForEachDB(t, func(t *testing.T, db *testenv.DB) {
 		const budget = 64 << 10
 		var mu sync.Mutex
 		held, most, over := 0, 0, 0 // of the budget, as the semaphore counts
+		live, mostLive := 0, 0      // rendered and not yet assembled, weighed the same
 		weights := map[int]int{}
 		hooks := Hooks{
+			Rendered: func(_ string, n, size int) {
+				mu.Lock()
+				defer mu.Unlock()
+				live += min(size, budget)
+				mostLive = max(mostLive, live)
+			},
 			Held: func(_ string, n, size int) {
 				mu.Lock()
 				defer mu.Unlock()
@@ -36,6 +48,7 @@ func TestStagesHoldBoundedBytes(t *testing.T) {
 				mu.Lock()
 				defer mu.Unlock()
 				held -= weights[n]
+				live -= weights[n]
 				return nil
 			},
 		}
@@ -54,6 +67,9 @@ func TestStagesHoldBoundedBytes(t *testing.T) {
 		}
 		if most > budget {
 			t.Fatalf("the stages held shards worth %d bytes of the %d-byte budget at once", most, budget)
+		}
+		if mostLive > budget {
+			t.Fatalf("shards worth %d bytes of the %d-byte budget were rendered and not yet assembled at once", mostLive, budget)
 		}
 
 		free := newEnv(t, db, nil, Config{ShardSize: 4})

@@ -12,8 +12,10 @@ import (
 	"github.com/ferry-io/ferry/models"
 )
 
-// A shard renders into one buffer sized up front to its exact size,
-// escapes included, and the bytes are encoding/json's, line for line.
+// A shard's size is known before it is rendered, escapes included (the
+// lineLens of its messages, by which the producer also decides who
+// renders it): render fills one buffer of that size, with encoding/json's
+// bytes, line for line.
 func TestRenderSizesItsBuffer(t *testing.T) {
 	s := &Service{}
 	at := time.Date(2026, 11, 29, 16, 16, 9, 219087000, time.UTC)
@@ -31,7 +33,7 @@ func TestRenderSizesItsBuffer(t *testing.T) {
 		msgs []chat.Message
 	}{{"plain", plain}, {"escaped", escaped}} {
 		t.Run(c.name, func(t *testing.T) {
-			b, err := s.render(models.Export{ID: "exp_x"}, models.ExportShard{Messages: len(c.msgs)}, c.msgs)
+			b, err := s.render(models.Export{ID: "exp_x"}, models.ExportShard{Messages: len(c.msgs)}, c.msgs, linesLen(c.msgs))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -76,4 +78,13 @@ func TestDefaultShardSize(t *testing.T) {
 			t.Fatalf("shards of %v messages, want [1000 1000 500]", sizes)
 		}
 	})
+}
+
+// linesLen is the size of msgs' lines, as generate counts it.
+func linesLen(msgs []chat.Message) int {
+	n := 0
+	for _, m := range msgs {
+		n += lineLen(m)
+	}
+	return n
 }
