@@ -356,15 +356,18 @@ func (s *Service) schedule(ctx context.Context, e models.Export, slots chan<- st
 	return flush()
 }
 
-// runTask fills in t's shards: a recorded shard is kept when its object
-// matches the record and regenerated otherwise; a batch is generated.
-// Shards too large to make ahead are left to the producer (complete).
+// runTask fills in t's shards: a recorded shard is checked, a batch is
+// generated. Shards too large to make ahead are left to the producer
+// (complete).
 func (s *Service) runTask(ctx context.Context, e models.Export, t *task) error {
-	if p := &t.shards[0]; t.check && p.sh.Bytes != nil && *p.sh.Bytes > s.eagerBytes() {
+	if !t.check {
+		return s.generate(ctx, e, t.shards, true)
+	}
+	if p := &t.shards[0]; p.sh.Bytes != nil && *p.sh.Bytes > s.eagerBytes() {
 		p.later, p.length = checkLater, *p.sh.Bytes // a regenerated shard of another size fails the run
 		return nil
 	}
-	return s.fill(ctx, e, t.shards, t.check, true)
+	return s.check(ctx, e, t.shards, true)
 }
 
 // size is the bytes p holds, or will hold once complete has made it:
@@ -387,34 +390,30 @@ func (s *Service) complete(ctx context.Context, e models.Export, p *pendingShard
 		return err
 	case checkLater:
 		p.later = 0
-		shards := []pendingShard{*p}
-		if err := s.fill(ctx, e, shards, true, false); err != nil {
-			return err
-		}
-		*p = shards[0]
+		one := []pendingShard{*p}
+		err := s.check(ctx, e, one, false)
+		*p = one[0]
+		return err
 	}
 	return nil
 }
 
-// fill makes shards, consecutive shards of one conversation: check says
-// they are one recorded shard to fetch and verify first. With ahead, a
-// shard whose JSON would exceed eagerBytes is read but not rendered.
-func (s *Service) fill(ctx context.Context, e models.Export, shards []pendingShard, check, ahead bool) error {
-	if check {
-		p := &shards[0]
-		data, state, err := s.fetch(ctx, shardKey(e.ID, p.sh.N), *p.sh.SHA256, p.sh.Bytes)
-		if err != nil {
-			return err
-		}
-		switch state {
-		case objectVerified:
-			p.result, p.data, p.sum = shardSkipped, data, *p.sh.SHA256
-			return nil
-		case objectAltered:
-			p.result = shardRewritten
-		}
+// check keeps one[0], a recorded shard, when its object matches the
+// record, and regenerates it otherwise (see generate for ahead).
+func (s *Service) check(ctx context.Context, e models.Export, one []pendingShard, ahead bool) error {
+	p := &one[0]
+	data, state, err := s.fetch(ctx, shardKey(e.ID, p.sh.N), *p.sh.SHA256, p.sh.Bytes)
+	if err != nil {
+		return err
 	}
-	return s.generate(ctx, e, shards, ahead)
+	switch state {
+	case objectVerified:
+		p.result, p.data, p.sum = shardSkipped, data, *p.sh.SHA256
+		return nil
+	case objectAltered:
+		p.result = shardRewritten
+	}
+	return s.generate(ctx, e, one, ahead)
 }
 
 // generate renders batch, consecutive shards of one conversation, from
