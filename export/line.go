@@ -51,6 +51,7 @@ func appendLine(b []byte, m chat.Message) []byte {
 // escaping, a shard of control characters grew by copies to six times
 // that, and the copies left behind weighed more than the shards.)
 func lineLen(m chat.Message) int {
+	// lineOverhead has the quotes of these three strings already: -6.
 	n := lineOverhead + jsonStringLen(m.Body) + jsonStringLen(m.Conversation) + jsonStringLen(m.Sender) - 6 + digits(m.Gseq) + digits(m.Seq)
 	if m.Recalled {
 		n-- // true is a letter shorter than false
