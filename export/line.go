@@ -68,6 +68,25 @@ func lineLen(m chat.Message) int {
 	return n
 }
 
+// lineOverhead is a line's size apart from its conversation, sender,
+// body, attachments, gseq and seq: the keys, quotes, punctuation, the
+// time and the newline.
+const lineOverhead = len(`{"attachments":[],"body":"","conv":"","gseq":,"recalled":false,"sender":"","sent_at":"","seq":}`) +
+	len(sentAtLayout) + 1
+
+// digits is the length of n in decimal.
+func digits(n int64) int {
+	d := 1
+	if n < 0 {
+		d++
+	}
+	for n <= -10 || n >= 10 {
+		n /= 10
+		d++
+	}
+	return d
+}
+
 // jsonStringLen is the length of s as appendJSONString quotes it.
 func jsonStringLen(s string) int {
 	n := len(s) + 2

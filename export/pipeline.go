@@ -495,25 +495,6 @@ func (s *Service) render(e models.Export, sh models.ExportShard, msgs []chat.Mes
 	return b, nil
 }
 
-// lineOverhead is a line's size apart from its conversation, sender,
-// body, attachments, gseq and seq: the keys, quotes, punctuation, the
-// time and the newline.
-const lineOverhead = len(`{"attachments":[],"body":"","conv":"","gseq":,"recalled":false,"sender":"","sent_at":"","seq":}`) +
-	len(sentAtLayout) + 1
-
-// digits is the length of n in decimal.
-func digits(n int64) int {
-	d := 1
-	if n < 0 {
-		d++
-	}
-	for n <= -10 || n >= 10 {
-		n /= 10
-		d++
-	}
-	return d
-}
-
 // record stores the new hashes of a window in one statement, before any
 // of its objects is put: a crash in between leaves records whose objects
 // are missing, which the next run regenerates and compares. A hash a
