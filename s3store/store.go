@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -42,6 +43,7 @@ type API interface {
 	GetObject(context.Context, *s3.GetObjectInput, ...func(*s3.Options)) (*s3.GetObjectOutput, error)
 	PutObject(context.Context, *s3.PutObjectInput, ...func(*s3.Options)) (*s3.PutObjectOutput, error)
 	DeleteObject(context.Context, *s3.DeleteObjectInput, ...func(*s3.Options)) (*s3.DeleteObjectOutput, error)
+	DeleteObjects(context.Context, *s3.DeleteObjectsInput, ...func(*s3.Options)) (*s3.DeleteObjectsOutput, error)
 	ListObjectsV2(context.Context, *s3.ListObjectsV2Input, ...func(*s3.Options)) (*s3.ListObjectsV2Output, error)
 	CopyObject(context.Context, *s3.CopyObjectInput, ...func(*s3.Options)) (*s3.CopyObjectOutput, error)
 }
@@ -96,6 +98,10 @@ type Store struct {
 	// (splice.go), dialed like the SDK's.
 	direct bool
 	dialer *net.Dialer
+
+	// oneByOne: the store refused a DeleteObjects call, so DeletePrefix
+	// deletes one object per call from then on.
+	oneByOne atomic.Bool
 }
 
 // New builds a Store. It does not contact S3; call Bootstrap or Ready for
@@ -827,6 +833,12 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 }
 
 // DeletePrefix removes every object under prefix and returns how many.
+// Each page of the listing (up to 1,000 keys) goes in one DeleteObjects
+// call: an export leaves about a thousand shards, which one DeleteObject
+// each cost as many round trips and as many requests for the store to
+// serve. A store that refuses DeleteObjects (a gateway without it, or an
+// older one that wants a Content-MD5 where the SDK now sends a CRC32)
+// gets one DeleteObject per key, from then on.
 func (s *Store) DeletePrefix(ctx context.Context, prefix string) (int, error) {
 	if prefix == "" {
 		return 0, errors.New("s3store: refusing to delete an empty prefix")
@@ -840,12 +852,75 @@ func (s *Store) DeletePrefix(ctx context.Context, prefix string) (int, error) {
 		if err != nil {
 			return n, translate("ListObjectsV2", err)
 		}
-		for _, o := range page.Contents {
-			if err := s.Delete(ctx, aws.ToString(o.Key)); err != nil {
-				return n, err
-			}
-			n++
+		keys := make([]string, len(page.Contents))
+		for i, o := range page.Contents {
+			keys[i] = aws.ToString(o.Key)
+		}
+		deleted, err := s.deleteKeys(ctx, keys)
+		n += deleted
+		if err != nil {
+			return n, err
 		}
 	}
 	return n, nil
+}
+
+// deleteKeys deletes keys, at most 1,000 (a listing's page), and returns
+// how many it deleted.
+func (s *Store) deleteKeys(ctx context.Context, keys []string) (int, error) {
+	if len(keys) == 0 {
+		return 0, nil
+	}
+	if !s.oneByOne.Load() {
+		n, err := s.deleteObjects(ctx, keys)
+		if !errors.Is(err, errRefused) {
+			return n, err
+		}
+		s.oneByOne.Store(true)
+	}
+	for i, k := range keys {
+		if err := s.Delete(ctx, k); err != nil {
+			return i, err
+		}
+	}
+	return len(keys), nil
+}
+
+// errRefused marks a DeleteObjects call the store answered with an
+// error that deleting one object at a time may not meet: it lacks the
+// call, or refuses how the SDK sends it.
+var errRefused = errors.New("s3store: DeleteObjects refused")
+
+// deleteObjects deletes keys in one DeleteObjects call. An outage, or
+// credentials the store refuses, is returned as it is: deleting one key
+// at a time would meet it too.
+func (s *Store) deleteObjects(ctx context.Context, keys []string) (int, error) {
+	ids := make([]types.ObjectIdentifier, len(keys))
+	for i := range keys {
+		ids[i].Key = &keys[i]
+	}
+	ctx, cancel := s.short(ctx)
+	defer cancel()
+	// Quiet: the answer lists only the keys that failed.
+	out, err := s.api.DeleteObjects(ctx, &s3.DeleteObjectsInput{Bucket: &s.bucket, Delete: &types.Delete{Objects: ids, Quiet: aws.Bool(true)}})
+	if err != nil {
+		terr := translate("DeleteObjects", err)
+		var apiErr smithy.APIError
+		if errors.As(err, &apiErr) && !errors.Is(terr, ErrUnavailable) && !errors.Is(terr, ErrAccessDenied) && !errors.Is(terr, ErrNoSuchBucket) {
+			return 0, fmt.Errorf("%w: %w", errRefused, terr)
+		}
+		return 0, terr
+	}
+	var first error
+	failed := 0
+	for _, e := range out.Errors {
+		if aws.ToString(e.Code) == "NoSuchKey" {
+			continue // gone already, as Delete treats it
+		}
+		failed++
+		if first == nil {
+			first = translate("DeleteObjects "+aws.ToString(e.Key), &smithy.GenericAPIError{Code: aws.ToString(e.Code), Message: aws.ToString(e.Message)})
+		}
+	}
+	return len(keys) - failed, first
 }

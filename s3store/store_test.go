@@ -262,7 +262,7 @@ func TestListingsPaginate(t *testing.T) {
 	}
 }
 
-func parallel(t *testing.T, n int, fn func(i int) error) {
+func parallel(t testing.TB, n int, fn func(i int) error) {
 	t.Helper()
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 16)
@@ -960,7 +960,7 @@ func TestProbeScratchKeysShareNoFolder(t *testing.T) {
 
 // storeThrough is a store on the test server's bucket whose S3 calls go
 // through the API wrap makes of a plain SDK client (Config.API).
-func storeThrough(t *testing.T, wrap func(s3store.API) s3store.API) *s3store.Store {
+func storeThrough(t testing.TB, wrap func(s3store.API) s3store.API) *s3store.Store {
 	t.Helper()
 	srv := testenv.S3(t)
 	client := s3.New(s3.Options{
