@@ -75,6 +75,7 @@ var capabilities = map[string]map[string]bool{
 		"list-multipart-uploads-page": true,
 		"upload-part-copy":            true,
 		"if-none-match-put":           true,
+		"delete-objects":              true,
 	},
 }
 
@@ -98,6 +99,7 @@ var versityGW = map[string]bool{
 	"list-multipart-uploads-page": false,
 	"upload-part-copy":            true,
 	"if-none-match-put":           true,
+	"delete-objects":              true,
 }
 
 type probe struct {
@@ -123,6 +125,7 @@ var probes = []probe{
 	{"list-multipart-uploads-page", probeListUploadsPaging},
 	{"upload-part-copy", probeUploadPartCopy},
 	{"if-none-match-put", probeIfNoneMatch},
+	{"delete-objects", probeDeleteObjects},
 }
 
 // appOrigin is the browser origin the probed bucket's CORS rule allows.
@@ -555,6 +558,31 @@ func probeIfNoneMatch(t *testing.T, p *prober) (bool, string) {
 	first, second := putOnce("first"), putOnce("second")
 	kept := p.readAll(t, *key, []byte("first"))
 	return first == nil && second != nil && kept, fmt.Sprintf("first put: %s; second put: %s; first kept: %v", errCode(first), errCode(second), kept)
+}
+
+// DeleteObjects, quiet and with the checksum the SDK sends (as
+// DeletePrefix calls it), deletes the keys it names, takes a missing one
+// without an error, and leaves the others.
+func probeDeleteObjects(t *testing.T, p *prober) (bool, string) {
+	ctx := context.Background()
+	gone, kept := []*string{p.key("del-a"), p.key("del-b")}, p.key("del-kept")
+	for _, k := range append(gone, kept) {
+		if _, err := p.api.PutObject(ctx, &s3.PutObjectInput{Bucket: &p.bucket, Key: k, Body: strings.NewReader("x"), ContentLength: aws.Int64(1)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ids := []types.ObjectIdentifier{{Key: gone[0]}, {Key: gone[1]}, {Key: p.key("del-missing")}}
+	out, err := p.api.DeleteObjects(ctx, &s3.DeleteObjectsInput{Bucket: &p.bucket, Delete: &types.Delete{Objects: ids, Quiet: aws.Bool(true)}})
+	if err != nil {
+		return false, "DeleteObjects: " + errCode(err)
+	}
+	var failed []string
+	for _, e := range out.Errors {
+		failed = append(failed, aws.ToString(e.Key)+": "+aws.ToString(e.Code))
+	}
+	deleted := !p.readAll(t, *gone[0], []byte("x")) && !p.readAll(t, *gone[1], []byte("x"))
+	left := p.readAll(t, *kept, []byte("x"))
+	return len(failed) == 0 && deleted && left, fmt.Sprintf("errors listed: %v; named keys deleted: %v; other key kept: %v", failed, deleted, left)
 }
 
 func (p *prober) readAll(t *testing.T, key string, want []byte) bool {
