@@ -224,14 +224,18 @@ func verified(t *testing.T, f *Ferry, tok, id, sum string) {
 // Done-when 1 and 6: a 64 MiB file uploaded through ferry's UI in Chromium
 // ends success, and its SHA-256 read back with minio-go matches; the files
 // list's link downloads it. The test saves screenshots of the upload in
-// progress and of the files list.
+// progress and of the files list. Signed in, the UI has started its two
+// hashing workers before the file is chosen, and the SDK's warm()
+// resolves once both are ready.
 func TestBrowserUploadThroughUI(t *testing.T) {
 	f, tok, path, sum := browserSetup(t, nil, "holiday-video.bin", 64*mib)
 	var res struct {
-		UploadID    string `json:"uploadId"`
-		Puts        int    `json:"puts"`
-		DownloadURL string `json:"downloadURL"`
-		Download    struct {
+		UploadID          string `json:"uploadId"`
+		Puts              int    `json:"puts"`
+		DownloadURL       string `json:"downloadURL"`
+		WorkersBeforeFile int    `json:"workersBeforeFile"`
+		Warmed            []bool `json:"warmed"`
+		Download          struct {
 			Name   string `json:"name"`
 			SHA256 string `json:"sha256"`
 		} `json:"download"`
@@ -240,6 +244,12 @@ func TestBrowserUploadThroughUI(t *testing.T) {
 	verified(t, f, tok, res.UploadID, sum)
 	if res.Puts != 8 {
 		t.Fatalf("the UI sent %d part PUTs for 8 parts", res.Puts)
+	}
+	if res.WorkersBeforeFile != 2 {
+		t.Errorf("signed in, before a file was chosen, the page ran %d hashing workers, want 2", res.WorkersBeforeFile)
+	}
+	if len(res.Warmed) != 2 || !res.Warmed[0] || !res.Warmed[1] {
+		t.Errorf("Ferry.warm() resolved with %v, want [true true]", res.Warmed)
 	}
 	if !strings.HasPrefix(res.DownloadURL, f.URL+"/download/fil_") || res.Download.SHA256 != sum || res.Download.Name != "holiday-video.bin" {
 		t.Fatalf("files list link %q downloaded %+v", res.DownloadURL, res.Download)

@@ -225,6 +225,11 @@ const scenarios = {
   // screenshot is taken mid-upload.
   async 'ui-upload'({ page }) {
     await signIn(page)
+    // Signed in, the UI starts both hashing workers before a file is
+    // chosen (Ferry.warm), so the first upload does not wait for them.
+    const hashWorkers = () => page.workers().filter((w) => w.url().includes('hash-worker')).length
+    await until('the hashing workers to start', async () => hashWorkers() >= 2, 10000).catch(() => {})
+    const workersBeforeFile = hashWorkers()
     const puts = countPuts(page)
     await throttle(page, 24 * MiB) // slow enough to photograph mid-way
     await page.locator('#file-input').setInputFiles(cfg.file)
@@ -244,8 +249,13 @@ const scenarios = {
     const [dl] = await Promise.all([page.waitForEvent('download'), link.click()])
     const saved = join(mkdtempSync(join(tmpdir(), 'ferry-dl-')), 'file')
     await dl.saveAs(saved)
+    // The SDK's warm() resolves once both of its workers compiled their hashes.
+    const warmed = await page.evaluate(async () => {
+      const { Ferry } = await import('/assets/ferry.js')
+      return new Ferry().warm()
+    })
     return {
-      uploadId: await row.getAttribute('data-upload-id'), puts: puts.length, downloadURL: await link.getAttribute('href'),
+      uploadId: await row.getAttribute('data-upload-id'), puts: puts.length, downloadURL: await link.getAttribute('href'), workersBeforeFile, warmed,
       download: { name: dl.suggestedFilename(), sha256: createHash('sha256').update(readFileSync(saved)).digest('hex') },
     }
   },

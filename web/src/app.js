@@ -74,6 +74,9 @@ async function boot() {
     $('signin').hidden = true
     $('app').hidden = false
     signedIn = true
+    // The hashing workers start now, while the user picks a file, not
+    // with the first upload; one that cannot start fails that upload.
+    ferry.warm().catch(() => {})
     loadExports()
     loadConversations()
     showRemembered()

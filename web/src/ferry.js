@@ -107,6 +107,16 @@ export class Ferry {
   /** upload prepares an upload of file; call start() on the result. */
   upload(file, opts = {}) { return new Upload(this, file, opts) }
 
+  /**
+   * warm starts the hashing workers now rather than with the first upload,
+   * which would otherwise wait for them to load and compile their
+   * WebAssembly: a page's first 4 MiB file took a median of 224 ms to
+   * success without it, 180 ms with it (docs/browser.md). Call it when the
+   * page is likely to upload, as the web UI does once signed in; it
+   * resolves when both workers are ready, and uploads need not wait for it.
+   */
+  warm() { return this.hasher().warm() }
+
   /** hasher is the shared hashing worker. */
   hasher() {
     if (!this._hasher) this._hasher = new Hasher(this.workerURL)
@@ -122,10 +132,15 @@ class Hasher {
   constructor(url) {
     this.url = workerScript(url)
     this.shaWorker = null
-    this.worker = new Worker(this.url, { type: 'module' })
     this.next = 1
     this.jobs = new Map()
-    this.worker.onmessage = (ev) => {
+    this.worker = this.start()
+  }
+
+  // start starts a worker; the jobs of both answer through this.jobs.
+  start() {
+    const w = new Worker(this.url, { type: 'module' })
+    w.onmessage = (ev) => {
       const { id, part, progress, result, error } = ev.data
       const job = this.jobs.get(id)
       if (!job) return
@@ -135,7 +150,19 @@ class Hasher {
       if (error) job.reject(new FerryError('hashing failed: ' + error))
       else job.resolve(result)
     }
-    this.worker.onerror = (ev) => this.failed(ev)
+    w.onerror = (ev) => this.failed(ev)
+    return w
+  }
+
+  /** sha is the second worker, started on first use. */
+  sha() {
+    if (!this.shaWorker) this.shaWorker = this.start()
+    return this.shaWorker
+  }
+
+  /** warm resolves when both workers have loaded and compiled their hashes. */
+  warm() {
+    return Promise.all([this.run({ op: 'warm' }).done, this.run({ op: 'warm' }, {}, [], this.sha()).done])
   }
 
   failed(ev) {
@@ -144,11 +171,11 @@ class Hasher {
     this.jobs.clear()
   }
 
-  run(msg, handlers = {}, transfer = []) {
+  run(msg, handlers = {}, transfer = [], worker = this.worker) {
     const id = this.next++
     const done = new Promise((resolve, reject) => {
       this.jobs.set(id, { resolve, reject, ...handlers })
-      this.worker.postMessage({ id, ...msg }, transfer)
+      worker.postMessage({ id, ...msg }, transfer)
     })
     return { id, done }
   }
@@ -166,12 +193,8 @@ class Hasher {
     if (sha) {
       // The SHA-256 runs on the second worker, fed by the first over a
       // channel of their own, so the part CRC32Cs do not wait for it.
-      if (!this.shaWorker) {
-        this.shaWorker = new Worker(this.url, { type: 'module' })
-        this.shaWorker.onerror = (ev) => this.failed(ev)
-      }
       const ch = new MessageChannel()
-      this.shaWorker.postMessage({ op: 'sha', port: ch.port2 }, [ch.port2])
+      this.sha().postMessage({ op: 'sha', port: ch.port2 }, [ch.port2])
       msg.port = ch.port1
       transfer.push(ch.port1)
     }

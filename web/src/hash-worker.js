@@ -15,6 +15,7 @@
 //                      whole file; port (optional) leads to a "sha"
 //                      worker; sha: false computes no SHA-256 at all
 //               {op: "sha", port}      be the SHA-256 side of a stream
+//               {id, op: "warm"}       answer once the hashes are compiled
 //               {id, op: "md5on"}      from the next part on, MD5s too
 //               {id, op: "cancel"}     stop a "file" job
 //               {id, op: "part", blob, md5}  one part: {crc32c, md5?}
@@ -31,6 +32,12 @@ const shaAhead = 2 // chunks handed to the SHA-256 worker and not yet hashed
 const castagnoli = 0x82f63b78 // hash-wasm's CRC-32 with this polynomial is CRC32C
 
 const jobs = new Map() // id of a running "file" job → its switches
+
+// The hashes' WebAssembly is compiled as the worker starts (hash-wasm
+// keeps each compiled module), not when the first file is read: a worker
+// started ahead of the first upload (Ferry.warm) then has it ready.
+const compiled = Promise.all([createCRC32(castagnoli), createMD5(), createSHA256()])
+compiled.catch(() => {}) // a job that needs a hash meets the failure itself
 
 // The "part" and "sha256" jobs run one at a time, beside the stream: each
 // reads its own slice of the file, and with seven such reads at once (the
@@ -293,7 +300,8 @@ self.onmessage = async (ev) => {
   }
   try {
     let result
-    if (op === 'file') result = await hashFile(id, ev.data.file, ev.data.partSize, !!ev.data.md5, ev.data.port, ev.data.sha !== false)
+    if (op === 'warm') result = await compiled.then(() => true)
+    else if (op === 'file') result = await hashFile(id, ev.data.file, ev.data.partSize, !!ev.data.md5, ev.data.port, ev.data.sha !== false)
     else if (op === 'part') result = await inTurn(() => hashPart(ev.data.blob, !!ev.data.md5))
     else if (op === 'sha256') result = await inTurn(() => hashBlob(ev.data.blob, createSHA256, 'hex'))
     else throw new Error('unknown op ' + op)
