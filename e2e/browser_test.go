@@ -224,9 +224,10 @@ func verified(t *testing.T, f *Ferry, tok, id, sum string) {
 // Done-when 1 and 6: a 64 MiB file uploaded through ferry's UI in Chromium
 // ends success, and its SHA-256 read back with minio-go matches; the files
 // list's link downloads it. The test saves screenshots of the upload in
-// progress and of the files list. Signed in, the UI has started its two
-// hashing workers before the file is chosen, and the SDK's warm()
-// resolves once both are ready.
+// progress and of the files list. Signed in, the UI has started its
+// hashing worker before the file is chosen (one: with WebCrypto the SDK
+// needs no second for SHA-256s), and the SDK's warm() resolves once it is
+// ready.
 func TestBrowserUploadThroughUI(t *testing.T) {
 	f, tok, path, sum := browserSetup(t, nil, "holiday-video.bin", 64*mib)
 	var res struct {
@@ -234,7 +235,7 @@ func TestBrowserUploadThroughUI(t *testing.T) {
 		Puts              int    `json:"puts"`
 		DownloadURL       string `json:"downloadURL"`
 		WorkersBeforeFile int    `json:"workersBeforeFile"`
-		Warmed            []bool `json:"warmed"`
+		Warmed            bool   `json:"warmed"`
 		Download          struct {
 			Name   string `json:"name"`
 			SHA256 string `json:"sha256"`
@@ -245,11 +246,11 @@ func TestBrowserUploadThroughUI(t *testing.T) {
 	if res.Puts != 8 {
 		t.Fatalf("the UI sent %d part PUTs for 8 parts", res.Puts)
 	}
-	if res.WorkersBeforeFile != 2 {
-		t.Errorf("signed in, before a file was chosen, the page ran %d hashing workers, want 2", res.WorkersBeforeFile)
+	if res.WorkersBeforeFile != 1 {
+		t.Errorf("signed in, before a file was chosen, the page ran %d hashing workers, want 1", res.WorkersBeforeFile)
 	}
-	if len(res.Warmed) != 2 || !res.Warmed[0] || !res.Warmed[1] {
-		t.Errorf("Ferry.warm() resolved with %v, want [true true]", res.Warmed)
+	if !res.Warmed {
+		t.Errorf("Ferry.warm() resolved with false, want true")
 	}
 	if !strings.HasPrefix(res.DownloadURL, f.URL+"/download/fil_") || res.Download.SHA256 != sum || res.Download.Name != "holiday-video.bin" {
 		t.Fatalf("files list link %q downloaded %+v", res.DownloadURL, res.Download)
@@ -488,13 +489,47 @@ func nativeUpload(t *testing.T, f *Ferry, tok, path, sum string) {
 	waitUpload(t, f, tok, up.UploadID)
 }
 
+// On a page without WebCrypto (plain HTTP on a host other than
+// localhost; here crypto.subtle is hidden in the page and in the hashing
+// worker), the SDK computes SHA-256s with hash-wasm, the file's on a
+// second worker: a 12 MiB file someone else holds is still proved and
+// given at once, with no part sent.
+func TestBrowserWithoutWebCrypto(t *testing.T) {
+	f, tok, _, _ := browserSetup(t, nil, "unused.bin", 1)
+	known, knownSum := randomFile(t, "shared.bin", 12*mib+5)
+	_, bob := f.CreateUser("bob", false)
+	nativeUpload(t, f, bob, known, knownSum)
+	var res struct {
+		Instant string `json:"instant"`
+		Puts    int    `json:"puts"`
+		Workers int    `json:"workers"`
+		Subtle  []bool `json:"subtle"`
+	}
+	runBrowser(t, map[string]any{"scenario": "ui-no-webcrypto", "url": f.URL, "token": tok, "known": known, "s3": s3Addr(f)}, &res)
+	if !slices.Equal(res.Subtle, []bool{false, false, false}) {
+		t.Fatalf("crypto.subtle in the page and its hashing workers: %v, want none in the page and two workers", res.Subtle)
+	}
+	if res.Instant != "true" || res.Puts != 0 {
+		t.Fatalf("content bob holds: instant=%s after %d PUTs, want an instant file after a proof", res.Instant, res.Puts)
+	}
+	var files struct {
+		Files []struct{ SHA256 string } `json:"files"`
+	}
+	f.Do("GET", "/files", tok, nil).JSON(t, &files)
+	if len(files.Files) != 1 || files.Files[0].SHA256 != knownSum {
+		t.Fatalf("alice's files %+v, want the proved one, %s", files.Files, knownSum)
+	}
+}
+
 // The SDK through the UI: content someone else holds is proved and given
-// at once with no byte sent; Pause stops sending and Resume (from the
-// keyboard) finishes; a PUT that fails at the network is retried after the
-// 1 s backoff, and one refused with 403 is signed again.
+// at once with no byte sent, its SHA-256 (and each proof's) computed by
+// WebCrypto, since the file is small; Pause stops sending and Resume (from
+// the keyboard) finishes; a PUT that fails at the network is retried after
+// the 1 s backoff, and one refused with 403 is signed again.
 func TestBrowserSDKBehaviours(t *testing.T) {
 	f, tok, path, sum := browserSetup(t, nil, "second.bin", 48*mib)
-	known, knownSum := randomFile(t, "shared.bin", 12*mib+5)
+	const knownSize = 12*mib + 5 // two reads of the file: the whole-file digest joins them
+	known, knownSum := randomFile(t, "shared.bin", knownSize)
 	_, bob := f.CreateUser("bob", false)
 	nativeUpload(t, f, bob, known, knownSum)
 
@@ -503,6 +538,7 @@ func TestBrowserSDKBehaviours(t *testing.T) {
 			Instant  string `json:"instant"`
 			Puts     int    `json:"puts"`
 			UploadID string `json:"uploadId"`
+			Digested []int  `json:"digested"`
 		} `json:"instant"`
 		DuringPause int              `json:"duringPause"`
 		Attempts    map[string][]int `json:"attempts"`
@@ -512,6 +548,17 @@ func TestBrowserSDKBehaviours(t *testing.T) {
 	runBrowser(t, map[string]any{"scenario": "ui-sdk", "url": f.URL, "token": tok, "file": path, "known": known, "s3": s3Addr(f)}, &res)
 	if res.Instant.Instant != "true" || res.Instant.Puts != 0 {
 		t.Fatalf("content bob holds: instant=%s after %d PUTs, want an instant file after a proof", res.Instant.Instant, res.Instant.Puts)
+	}
+	whole, ranges := 0, 0
+	for _, n := range res.Instant.Digested {
+		if n == knownSize {
+			whole++
+		} else {
+			ranges++
+		}
+	}
+	if whole != 1 || ranges == 0 {
+		t.Errorf("WebCrypto digested inputs of %v bytes: want the %d-byte file once and the proof's ranges", res.Instant.Digested, knownSize)
 	}
 	var files struct {
 		Files []struct{ SHA256 string } `json:"files"`
@@ -1298,7 +1345,9 @@ func TestBrowserFilesAndExportsActions(t *testing.T) {
 // line ("Uploading 2 files: … of 24 MiB") that counts bytes as they go
 // and disappears once both are done; a re-upload of the same bytes (an
 // instant file) and its original each say that another file holds the
-// same content, while a file with other bytes says nothing.
+// same content, while a file with other bytes says nothing. Of two loads
+// of the files list, the later is shown even when the earlier is answered
+// last (opening the Files tab just as an upload succeeds did that).
 func TestBrowserSeveralFilesAndReuploads(t *testing.T) {
 	requireBrowser(t)
 	f := Start(t, Options{Env: map[string]string{"FERRY_JOB_POLL": "50ms"}})
@@ -1310,6 +1359,9 @@ func TestBrowserSeveralFilesAndReuploads(t *testing.T) {
 		OverallLater string   `json:"overallLater"`
 		OverallAfter bool     `json:"overallAfter"`
 		Rows         []string `json:"rows"`
+		// Rows shown after an earlier load of the list was answered (empty)
+		// after a later one.
+		RowsAfterLateAnswer int `json:"rowsAfterLateAnswer"`
 	}
 	runBrowser(t, map[string]any{"scenario": "ui-several", "url": f.URL, "token": tok, "files": []string{a, b}, "s3": s3Addr(f)}, &res)
 	t.Logf("%+v", res)
@@ -1332,5 +1384,8 @@ func TestBrowserSeveralFilesAndReuploads(t *testing.T) {
 	}
 	if noted != 2 || len(res.Rows) != 3 {
 		t.Fatalf("files list %q: want both copies of alpha.bin marked, beta.bin not", res.Rows)
+	}
+	if res.RowsAfterLateAnswer != 3 {
+		t.Fatalf("an earlier load of the files list answered last replaced the later one: %d rows shown, want 3", res.RowsAfterLateAnswer)
 	}
 }

@@ -225,10 +225,12 @@ const scenarios = {
   // screenshot is taken mid-upload.
   async 'ui-upload'({ page }) {
     await signIn(page)
-    // Signed in, the UI starts both hashing workers before a file is
-    // chosen (Ferry.warm), so the first upload does not wait for them.
+    // Signed in, the UI starts its hashing worker before a file is chosen
+    // (Ferry.warm), so the first upload does not wait for it; the page
+    // (on 127.0.0.1, a secure context) has WebCrypto, so the SDK needs no
+    // second one for SHA-256s.
     const hashWorkers = () => page.workers().filter((w) => w.url().includes('hash-worker')).length
-    await until('the hashing workers to start', async () => hashWorkers() >= 2, 10000).catch(() => {})
+    await until('the hashing worker to start', async () => hashWorkers() >= 1, 10000).catch(() => {})
     const workersBeforeFile = hashWorkers()
     const puts = countPuts(page)
     await throttle(page, 24 * MiB) // slow enough to photograph mid-way
@@ -249,7 +251,7 @@ const scenarios = {
     const [dl] = await Promise.all([page.waitForEvent('download'), link.click()])
     const saved = join(mkdtempSync(join(tmpdir(), 'ferry-dl-')), 'file')
     await dl.saveAs(saved)
-    // The SDK's warm() resolves once both of its workers compiled their hashes.
+    // The SDK's warm() resolves once its worker compiled its hashes.
     const warmed = await page.evaluate(async () => {
       const { Ferry } = await import('/assets/ferry.js')
       return new Ferry().warm()
@@ -314,11 +316,25 @@ const scenarios = {
   async 'ui-sdk'({ page }) {
     await signIn(page)
     const puts = countPuts(page)
+    // The hashing workers (started at sign-in) note the size of each
+    // input WebCrypto digests: a file of up to 16 MiB, and each range a
+    // proof hashes, should be one.
+    await until('the hashing worker to start', async () => page.workers().some((w) => w.url().includes('hash-worker')), 10000)
+    const hashWorkers = page.workers().filter((w) => w.url().includes('hash-worker'))
+    for (const w of hashWorkers) {
+      await w.evaluate(() => {
+        const digest = crypto.subtle.digest.bind(crypto.subtle)
+        self.digested = []
+        crypto.subtle.digest = (alg, data) => { self.digested.push(data.byteLength); return digest(alg, data) }
+      })
+    }
     // The proof: nothing is PUT, the file exists at once.
     await page.locator('#file-input').setInputFiles(cfg.known)
     const known = await uploadRow(page)
     await waitFinal(known, 60000)
-    const instant = { instant: await known.getAttribute('data-instant'), puts: puts.length, uploadId: await known.getAttribute('data-upload-id') }
+    const digested = []
+    for (const w of hashWorkers) digested.push(...await w.evaluate(() => self.digested))
+    const instant = { instant: await known.getAttribute('data-instant'), puts: puts.length, uploadId: await known.getAttribute('data-upload-id'), digested }
 
     // Part 2's first PUT fails at the network, part 3's first is refused
     // with 403 as an expired URL would be.
@@ -450,6 +466,30 @@ const scenarios = {
   // SDK declares it; ferry answers with the file at once (after a proof,
   // for someone else's), and the running upload is abandoned with most of
   // its parts never sent.
+  // A page without WebCrypto (plain HTTP on a host other than localhost),
+  // made here by hiding crypto.subtle in the page and in the hashing
+  // worker's script: the SDK hashes with hash-wasm, the file's SHA-256 on
+  // its second worker. Content someone else holds is still proved and
+  // given at once.
+  async 'ui-no-webcrypto'({ page }) {
+    const hide = 'Object.defineProperty(self.crypto, "subtle", { value: undefined });\n'
+    await page.addInitScript(hide)
+    const workerScript = (u) => new URL(u).pathname === '/assets/hash-worker.js'
+    await page.route(workerScript, async (route) => {
+      const resp = await route.fetch()
+      await route.fulfill({ response: resp, body: hide + await resp.text() })
+    })
+    await signIn(page)
+    const puts = countPuts(page)
+    await page.locator('#file-input').setInputFiles(cfg.known)
+    const row = await uploadRow(page)
+    await waitFinal(row, 60000)
+    const workers = page.workers().filter((w) => w.url().includes('hash-worker'))
+    const subtle = [await page.evaluate(() => !!self.crypto.subtle)]
+    for (const w of workers) subtle.push(await w.evaluate(() => !!self.crypto.subtle))
+    return { instant: await row.getAttribute('data-instant'), puts: puts.length, workers: workers.length, subtle }
+  },
+
   async 'ui-declare'({ page }) {
     await signIn(page)
     const puts = countPuts(page)
@@ -945,10 +985,29 @@ const scenarios = {
     out.overallAfter = await overall.isVisible()
     await page.locator('#file-input').setInputFiles(cfg.files[0])
     await until('the instant re-upload', async () => (await page.locator(`#uploads li[data-upload="${basename(cfg.files[0])}"]`).count()) === 2, 30000, 50)
-    await waitFinal(page.locator(`#uploads li[data-upload="${basename(cfg.files[0])}"]`).last(), 60000)
+    // The new card is the first: cards are added at the top.
+    await waitFinal(page.locator(`#uploads li[data-upload="${basename(cfg.files[0])}"]`).first(), 60000)
     await page.locator('#tab-files').click()
     await until('three files listed', async () => (await page.locator('#files-body tr').count()) === 3, 30000, 100)
     out.rows = await page.locator('#files-body td.name').allInnerTexts()
+    // Of two loads of the list, the later is shown even when the earlier
+    // is answered last: here it is held back and then answered empty.
+    let held = null
+    const files = (u) => new URL(u).pathname === '/files'
+    await page.route(files, async (route) => {
+      if (!held) held = route
+      else await route.continue()
+    })
+    await page.locator('#files-refresh').click()
+    await until('the first load to be held', async () => held, 10000, 50)
+    const later = page.waitForResponse((r) => files(r.url()))
+    await page.locator('#files-refresh').click()
+    await later
+    await page.waitForTimeout(200) // the later answer is shown
+    await held.fulfill({ status: 200, contentType: 'application/json', body: JSON.stringify({ files: [], next: null }) })
+    await page.waitForTimeout(300) // the earlier one would be shown by now
+    out.rowsAfterLateAnswer = await page.locator('#files-body tr').count()
+    await page.unroute(files)
     return out
   },
 

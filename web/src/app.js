@@ -564,11 +564,18 @@ function sameContentNote(f) {
   return el('span', { class: 'muted note' }, 'same content as ' + others + (others === 1 ? ' other file' : ' other files'))
 }
 
+// filesLoads counts the loads of the files list, so that only the latest
+// is shown: an answer can arrive after a later call's (the Files tab
+// opened just as an upload succeeds), and would show a list from before.
+let filesLoads = 0
+
 async function loadFiles(more = false) {
+  const load = ++filesLoads
   show($('files-error'))
   try {
     const path = '/files?limit=' + filesPage + (more && filesNext ? '&cursor=' + encodeURIComponent(filesNext) : '')
     const { files, next } = await ferry.api('GET', path)
+    if (load !== filesLoads) return
     filesNext = next || null
     if (!more) listedBySHA = new Map()
     for (const f of files) listedBySHA.set(f.sha256, (listedBySHA.get(f.sha256) || 0) + 1)
@@ -590,6 +597,7 @@ async function loadFiles(more = false) {
     $('files-empty').hidden = $('files-body').children.length > 0
   } catch (err) {
     if (err.status === 401) return sessionEnded()
+    if (load !== filesLoads) return
     show($('files-error'), 'Could not list files: ' + describe(err))
   }
 }

@@ -113,7 +113,7 @@ export class Ferry {
    * WebAssembly: a page's first 4 MiB file took a median of 224 ms to
    * success without it, 180 ms with it (docs/browser.md). Call it when the
    * page is likely to upload, as the web UI does once signed in; it
-   * resolves when both workers are ready, and uploads need not wait for it.
+   * resolves with true when they are ready, and uploads need not wait.
    */
   warm() { return this.hasher().warm() }
 
@@ -126,7 +126,7 @@ export class Ferry {
 
 /**
  * Hasher runs hashing jobs on a module Web Worker, and gives streams a
- * second one for their SHA-256.
+ * second one for their SHA-256 where the page has no WebCrypto.
  */
 class Hasher {
   constructor(url) {
@@ -160,9 +160,15 @@ class Hasher {
     return this.shaWorker
   }
 
-  /** warm resolves when both workers have loaded and compiled their hashes. */
+  /**
+   * warm resolves with true when the workers a stream needs have loaded
+   * and compiled their hashes: the reader, and the SHA-256's only where
+   * there is no WebCrypto.
+   */
   warm() {
-    return Promise.all([this.run({ op: 'warm' }).done, this.run({ op: 'warm' }, {}, [], this.sha()).done])
+    const ready = [this.run({ op: 'warm' }).done]
+    if (!webCrypto()) ready.push(this.run({ op: 'warm' }, {}, [], this.sha()).done)
+    return Promise.all(ready).then(() => true)
   }
 
   failed(ev) {
@@ -190,9 +196,11 @@ class Hasher {
   stream(file, partSize, { md5 = false, sha = true, onPart, onProgress } = {}) {
     const msg = { op: 'file', file, partSize, md5, sha }
     const transfer = []
-    if (sha) {
-      // The SHA-256 runs on the second worker, fed by the first over a
-      // channel of their own, so the part CRC32Cs do not wait for it.
+    if (sha && !webCrypto()) {
+      // Without WebCrypto the SHA-256 runs on the second worker, fed by
+      // the first over a channel of their own, so the part CRC32Cs do not
+      // wait for it. With it, the reader hashes a file of up to 16 MiB
+      // (every file the SDK streams with a SHA-256) whole, natively.
       const ch = new MessageChannel()
       this.sha().postMessage({ op: 'sha', port: ch.port2 }, [ch.port2])
       msg.port = ch.port1
@@ -209,6 +217,14 @@ class Hasher {
   /** part digests one part: {crc32c, md5?}. */
   part(blob, md5) { return this.run({ op: 'part', blob, md5 }).done }
   sha256(blob) { return this.run({ op: 'sha256', blob }).done }
+}
+
+/**
+ * webCrypto says whether the page, and so its workers, has WebCrypto: in
+ * a secure context (HTTPS, or localhost) only.
+ */
+function webCrypto() {
+  return !!(globalThis.crypto && globalThis.crypto.subtle)
 }
 
 /**
