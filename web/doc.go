@@ -4,7 +4,9 @@
 // src/ is the source: ferry.js is the SDK for the native upload API
 // (one read of the file in Web Workers with hash-wasm that gives each
 // part's CRC32C as the part is read and the whole file's CRC32C and
-// SHA-256 at the end; parallel part PUTs with the CRC32C signed in, or
+// SHA-256 at the end, the SHA-256 of a file up to 16 MiB from WebCrypto
+// where the page has it; workers started ahead of the first upload by
+// Ferry.warm; parallel part PUTs with the CRC32C signed in, or
 // Content-MD5 on stores without checksums; resume by the first part's
 // CRC32C; the SHA-256 declared mid-transfer for instant upload and proof
 // of possession; retries with backoff, re-signing, pause/resume/cancel,

@@ -461,11 +461,6 @@ const scenarios = {
     return { uploadId: await row.getAttribute('data-upload-id'), presigns, puts, local }
   },
 
-  // Hashing alongside the PUTs: content the user already has, and content
-  // someone else holds, sent on a slow link. Once the SHA-256 is known the
-  // SDK declares it; ferry answers with the file at once (after a proof,
-  // for someone else's), and the running upload is abandoned with most of
-  // its parts never sent.
   // A page without WebCrypto (plain HTTP on a host other than localhost),
   // made here by hiding crypto.subtle in the page and in the hashing
   // worker's script: the SDK hashes with hash-wasm, the file's SHA-256 on
@@ -490,6 +485,11 @@ const scenarios = {
     return { instant: await row.getAttribute('data-instant'), puts: puts.length, workers: workers.length, subtle }
   },
 
+  // Hashing alongside the PUTs: content the user already has, and content
+  // someone else holds, sent on a slow link. Once the SHA-256 is known the
+  // SDK declares it; ferry answers with the file at once (after a proof,
+  // for someone else's), and the running upload is abandoned with most of
+  // its parts never sent.
   async 'ui-declare'({ page }) {
     await signIn(page)
     const puts = countPuts(page)
