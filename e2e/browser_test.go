@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -928,6 +929,76 @@ func BenchmarkBrowserBodies(b *testing.B) {
 //	go test -run '^$' -bench BrowserReads -benchtime 1x ./e2e
 func BenchmarkBrowserReads(b *testing.B) {
 	browserLegs(b, []string{"read-byob", "read-stream", "read-sync", "read-slices"})
+}
+
+// BenchmarkBrowserFirstUpload measures a fresh page's first upload through
+// the SDK, of a 4 MiB and a 16 MiB file of new random bytes (both hashed
+// whole before ferry is asked), three ways side by side in each of
+// max(b.N, 9) rounds: the hashing worker started by the upload itself
+// (cold), started ahead by Ferry.warm() (warm, what the web UI does at
+// sign-in), and warm on a page without WebCrypto, whose SHA-256 comes
+// from hash-wasm on a second worker (no-webcrypto). It reports the median
+// ms from start() to POST /uploads sent and to success, per leg and size.
+//
+//	FERRY_TEST_REQUIRE_BROWSER=1 go test -run '^$' -bench BrowserFirstUpload -benchtime 1x ./e2e
+func BenchmarkBrowserFirstUpload(b *testing.B) {
+	requireBrowser(b)
+	f := Start(b, Options{})
+	_, tok := f.CreateUser("alice", false)
+	legs := []string{"cold", "warm", "no-webcrypto"}
+	sizes := []int{4 * mib, 16 * mib}
+	rounds := max(b.N, 9)
+	files := make([]map[string][]string, rounds)
+	for r := range files {
+		files[r] = map[string][]string{}
+		for _, leg := range legs {
+			for _, size := range sizes {
+				path, _ := randomFile(b, fmt.Sprintf("r%d-%s-%d.bin", r, leg, size), size)
+				files[r][leg] = append(files[r][leg], path)
+			}
+		}
+	}
+	var res struct {
+		Runs []struct {
+			Round int
+			Leg   string
+			Size  int
+			Post  float64
+			Total float64
+		}
+	}
+	b.ResetTimer()
+	runBrowser(b, map[string]any{"scenario": "first-upload", "url": f.URL, "token": tok, "rounds": rounds, "files": files, "s3": s3Addr(f)}, &res)
+	b.StopTimer()
+	for _, leg := range legs {
+		for _, size := range sizes {
+			var post, total []float64
+			for _, r := range res.Runs {
+				if r.Leg == leg && r.Size == size {
+					post, total = append(post, r.Post), append(total, r.Total)
+				}
+			}
+			if len(total) != rounds {
+				b.Fatalf("%s, %d bytes: %d uploads, want %d", leg, size, len(total), rounds)
+			}
+			b.Logf("%s, %d MiB: POST /uploads after %v ms, success after %v ms", leg, size/mib, rounded(post), rounded(total))
+			slices.Sort(post)
+			slices.Sort(total)
+			name := fmt.Sprintf("%s-%dMiB", leg, size/mib)
+			b.ReportMetric(post[len(post)/2], name+"-post-ms")
+			b.ReportMetric(total[len(total)/2], name+"-success-ms")
+		}
+	}
+	b.ReportMetric(0, "ns/op")
+}
+
+// rounded is v in whole numbers, for a log line.
+func rounded(v []float64) []int {
+	out := make([]int, len(v))
+	for i, x := range v {
+		out[i] = int(math.Round(x))
+	}
+	return out
 }
 
 // browserLegs runs bodies.mjs's legs over a 256 MiB file, max(b.N, 3)

@@ -467,13 +467,7 @@ const scenarios = {
   // its second worker. Content someone else holds is still proved and
   // given at once.
   async 'ui-no-webcrypto'({ page }) {
-    const hide = 'Object.defineProperty(self.crypto, "subtle", { value: undefined });\n'
-    await page.addInitScript(hide)
-    const workerScript = (u) => new URL(u).pathname === '/assets/hash-worker.js'
-    await page.route(workerScript, async (route) => {
-      const resp = await route.fetch()
-      await route.fulfill({ response: resp, body: hide + await resp.text() })
-    })
+    await withoutWebCrypto(page)
     await signIn(page)
     const puts = countPuts(page)
     await page.locator('#file-input').setInputFiles(cfg.known)
@@ -580,6 +574,49 @@ const scenarios = {
   // own, with DevTools detached while each leg runs (detached.mjs): the
   // page starts the leg on its own and titles itself when done. Throttling
   // needs DevTools attached, so a limited uplink runs attached.
+  // BenchmarkBrowserFirstUpload: a fresh page's first upload through the
+  // SDK, of files of new random bytes, three ways each round: the hashing
+  // worker started by the upload (cold), started ahead by warm() (warm),
+  // and warm on a page without WebCrypto (no-webcrypto). Each page is a
+  // new tab on a bare document of ferry's origin, so nothing but the leg
+  // starts the workers; ms from start() to POST /uploads sent and to
+  // success.
+  async 'first-upload'({ page }) {
+    await signIn(page)
+    const runs = []
+    for (let round = 1; round <= cfg.rounds; round++) {
+      for (const leg of ['cold', 'warm', 'no-webcrypto']) {
+        for (const file of cfg.files[round - 1][leg]) {
+          const tab = await page.context().newPage()
+          const restore = leg === 'no-webcrypto' ? await withoutWebCrypto(tab) : null
+          await tab.goto(cfg.url + '/readyz')
+          await tab.evaluate(() => { document.body.innerHTML = '<input type="file" id="f">' })
+          await tab.locator('#f').setInputFiles(file)
+          await tab.evaluate(async (warm) => {
+            const { Ferry } = await import('/assets/ferry.js')
+            window.ferry = new Ferry()
+            if (warm) await window.ferry.warm()
+          }, leg !== 'cold')
+          // Routing has Playwright hold every request of the page, the
+          // part PUTs too; the workers have their script by now.
+          if (restore) await restore()
+          const r = await tab.evaluate(async () => {
+            const f = document.getElementById('f').files[0]
+            const t0 = performance.now()
+            const res = await window.ferry.upload(f).start()
+            const total = performance.now() - t0
+            const post = performance.getEntriesByType('resource').find((e) => new URL(e.name).pathname === '/uploads' && e.startTime >= t0)
+            return { state: res.state, size: f.size, post: post ? post.startTime - t0 : null, total }
+          })
+          if (r.state !== 'success' || r.post === null) fail(`${leg} upload of ${file}: ${JSON.stringify(r)}`)
+          runs.push({ round, leg, ...r })
+          await tab.close()
+        }
+      }
+    }
+    return { runs }
+  },
+
   async bench({ page: launched }) {
     const detached = cfg.uplink ? null : await launchDetached(cfg.chromium || '/usr/bin/chromium')
     try {
@@ -1327,6 +1364,21 @@ async function uppy6Page(page) {
   if (r !== 200) fail('sign-in from the page answered ' + r)
   await page.evaluate(() => document.body.append(Object.assign(document.createElement('input'), { type: 'file', id: 'f' })))
   await page.addScriptTag({ content: await bundle(join(here, 'uppy6-entry.js')) })
+}
+
+// withoutWebCrypto makes page what a page on plain HTTP (another host
+// than localhost) is to the SDK: crypto.subtle is hidden in it and in the
+// hashing worker's script. It returns what stops the rewriting of the
+// script, for once the workers have it.
+async function withoutWebCrypto(page) {
+  const hide = 'Object.defineProperty(self.crypto, "subtle", { value: undefined });\n'
+  await page.addInitScript(hide)
+  const script = (u) => new URL(u).pathname === '/assets/hash-worker.js'
+  await page.route(script, async (route) => {
+    const resp = await route.fetch()
+    await route.fulfill({ response: resp, body: hide + await resp.text() })
+  })
+  return () => page.unroute(script)
 }
 
 // runUppy uploads the file from disk with Uppy, already on the page.

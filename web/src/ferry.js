@@ -110,10 +110,11 @@ export class Ferry {
   /**
    * warm starts the hashing workers now rather than with the first upload,
    * which would otherwise wait for them to load and compile their
-   * WebAssembly: a page's first 4 MiB file took a median of 224 ms to
-   * success without it, 180 ms with it (docs/browser.md). Call it when the
-   * page is likely to upload, as the web UI does once signed in; it
-   * resolves with true when they are ready, and uploads need not wait.
+   * WebAssembly: a fresh page's first 4 MiB upload sent POST /uploads a
+   * median of 45–53 ms after start() without it, 27–28 ms with it
+   * (BenchmarkBrowserFirstUpload). Call it when the page is likely to
+   * upload, as the web UI does once signed in; it resolves with true when
+   * the workers are ready, and uploads need not wait.
    */
   warm() { return this.hasher().warm() }
 

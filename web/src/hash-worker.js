@@ -112,10 +112,11 @@ function chunks(size, partSize) {
 
 // Inputs up to wholeLimit get their SHA-256 from WebCrypto, where the page
 // has it (a secure context: HTTPS or localhost), over the whole input at
-// once: Chromium's native SHA-256 hashed 4 MiB in 6–19 ms in a worker,
-// hash-wasm's in about 20–40 ms (headless Chromium 156, 2-core AMD
-// EPYC). Such a file is hashed before ferry is asked (the SDK's
-// hashFirstLimit is the same 16 MiB), so its upload waits for the hash.
+// once. Such a file is hashed before ferry is asked (the SDK's
+// hashFirstLimit is the same 16 MiB), so its upload waits for the hash: a
+// 4 MiB file's POST /uploads went 27–28 ms after start() with WebCrypto,
+// 46–51 ms with hash-wasm, a 16 MiB one's 91–92 against 125–139
+// (BenchmarkBrowserFirstUpload, headless Chromium 156, 2-core AMD EPYC).
 // WebCrypto has no streaming digest, and larger inputs are not held whole.
 const wholeLimit = 16 << 20
 
