@@ -503,8 +503,7 @@ func TestBrowserWithoutWebCrypto(t *testing.T) {
 	var res struct {
 		Instant string `json:"instant"`
 		Puts    int    `json:"puts"`
-		Workers int    `json:"workers"`
-		Subtle  []bool `json:"subtle"`
+		Subtle  []bool `json:"subtle"` // the page's, then each hashing worker's
 	}
 	runBrowser(t, map[string]any{"scenario": "ui-no-webcrypto", "url": f.URL, "token": tok, "known": known, "s3": s3Addr(f)}, &res)
 	if !slices.Equal(res.Subtle, []bool{false, false, false}) {
