@@ -836,9 +836,9 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 // Each page of the listing (up to 1,000 keys) goes in one DeleteObjects
 // call: an export of a million messages leaves 1,010 shards, which one
 // DeleteObject each cost as many round trips and as many requests for
-// the store to serve. A store that refuses DeleteObjects (a gateway without it, or an
-// older one that wants a Content-MD5 where the SDK now sends a CRC32)
-// gets one DeleteObject per key, from then on.
+// the store to serve. A store that refuses DeleteObjects (a gateway
+// without it, or an older one that wants a Content-MD5 where the SDK now
+// sends a CRC32) gets one DeleteObject per key, from then on.
 func (s *Store) DeletePrefix(ctx context.Context, prefix string) (int, error) {
 	if prefix == "" {
 		return 0, errors.New("s3store: refusing to delete an empty prefix")
