@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -94,6 +95,35 @@ func TestDeletePrefixDeletesAPageAtATime(t *testing.T) {
 	if api.one.Load() != 0 || api.many.Load() < 2 || api.many.Load() > pages {
 		t.Fatalf("%d DeleteObject and %d DeleteObjects calls for %d objects in %d pages; want no DeleteObject and one DeleteObjects a page",
 			api.one.Load(), api.many.Load(), n, pages)
+	}
+}
+
+// DeleteKeys deletes the keys it is given, 1,000 per DeleteObjects call,
+// counts a key already gone as deleted, and deletes nothing else.
+func TestDeleteKeys(t *testing.T) {
+	if testing.Short() {
+		t.Skip("puts 1,003 objects")
+	}
+	api := &deletesAPI{}
+	st := storeThrough(t, func(client s3store.API) s3store.API { api.API = client; return api })
+	ctx := context.Background()
+	const n = 1001 // more than one call's worth
+	putKeys(t, st, "keys/", n+2)
+	keys := left(t, st, "keys/")[:n]
+	keys = append(keys, "keys/gone") // never put
+
+	got, err := st.DeleteKeys(ctx, keys)
+	if err != nil || got != n+1 {
+		t.Fatalf("DeleteKeys = %d, %v; want %d", got, err, n+1)
+	}
+	if rest := left(t, st, "keys/"); !slices.Equal(rest, []string{"keys/1001", "keys/1002"}) {
+		t.Fatalf("left %v, want the two keys not named", rest[:min(len(rest), 5)])
+	}
+	if api.one.Load() != 0 || api.many.Load() != 2 {
+		t.Fatalf("%d DeleteObject and %d DeleteObjects calls for %d keys; want none and 2", api.one.Load(), api.many.Load(), n+1)
+	}
+	if got, err := st.DeleteKeys(ctx, nil); err != nil || got != 0 || api.many.Load() != 2 {
+		t.Fatalf("DeleteKeys(nil) = %d, %v after %d DeleteObjects calls; want 0 and no call", got, err, api.many.Load())
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -865,8 +866,28 @@ func (s *Store) DeletePrefix(ctx context.Context, prefix string) (int, error) {
 	return n, nil
 }
 
-// deleteKeys deletes keys, at most 1,000 (a listing's page), and returns
-// how many it deleted.
+// DeleteKeys deletes keys, 1,000 per DeleteObjects call (one
+// DeleteObject each on a store that refuses that, as DeletePrefix does),
+// and returns how many it deleted; keys already gone count as deleted.
+// On an error it returns at once, with the count so far: the keys left
+// are a later call's.
+func (s *Store) DeleteKeys(ctx context.Context, keys []string) (int, error) {
+	n := 0
+	for chunk := range slices.Chunk(keys, maxDeleteKeys) {
+		deleted, err := s.deleteKeys(ctx, chunk)
+		n += deleted
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// maxDeleteKeys is the most keys one DeleteObjects call may name.
+const maxDeleteKeys = 1000
+
+// deleteKeys deletes keys, at most maxDeleteKeys (a listing's page), and
+// returns how many it deleted.
 func (s *Store) deleteKeys(ctx context.Context, keys []string) (int, error) {
 	if len(keys) == 0 {
 		return 0, nil

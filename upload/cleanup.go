@@ -160,17 +160,23 @@ func (s *Service) deleteStrayPosts(ctx context.Context) (int, error) {
 	for _, id := range live {
 		keep[id] = true
 	}
-	n := 0
+	var keys []string
+	var sizes []int64
 	for i, o := range objs {
-		if keep[ids[i]] {
-			continue
+		if !keep[ids[i]] {
+			keys = append(keys, o.Key)
+			sizes = append(sizes, o.Size)
 		}
-		if err := s.store.Delete(ctx, o.Key); err != nil {
-			return n, storageError("delete stray post", err)
-		}
-		s.metrics.cleanedPosts.Inc()
-		s.log.InfoContext(ctx, "stray posted object deleted", "key", o.Key, "size", o.Size)
-		n++
+	}
+	// One DeleteObjects call for the pass: a policy's holder may post
+	// after its upload ended as often as it likes.
+	n, err := s.store.DeleteKeys(ctx, keys)
+	s.metrics.cleanedPosts.Add(float64(n))
+	if err != nil {
+		return n, storageError("delete stray posts", err)
+	}
+	for i, k := range keys {
+		s.log.InfoContext(ctx, "stray posted object deleted", "key", k, "size", sizes[i])
 	}
 	return n, nil
 }

@@ -110,6 +110,7 @@ type Objects interface {
 	Copy(ctx context.Context, src, dst string) (string, error)
 	ListObjects(ctx context.Context, prefix string, limit int) ([]s3store.Object, error)
 	Delete(ctx context.Context, key string) error
+	DeleteKeys(ctx context.Context, keys []string) (int, error)
 }
 
 // Config configures a Service. DB, Store, Queue and Links are required.
