@@ -908,15 +908,18 @@ func BenchmarkBrowserUpload(b *testing.B) {
 // kind (e2e/browser/bodies.mjs says how): File slices, as the SDK sends,
 // with and without the worker's read of every part before its PUT, against
 // the bytes that read gave, sent from the page, as a Blob, or from the
-// worker. The SDK keeps sending File slices and reading the file twice
-// because, in this benchmark, the one-read legs cost Chromium more.
+// worker; and the first two again with fetch in XMLHttpRequest's place.
+// The SDK keeps sending File slices and reading the file twice because,
+// in this benchmark, the one-read legs cost Chromium more, and keeps
+// XMLHttpRequest (whose upload progress its progress bar needs) because
+// fetch costs no less.
 // DevTools is detached while the bytes move, so the figures are Chromium's
 // and not the harness's. 256 MiB in 8 MiB parts, 4 at once, to a sink in
 // the harness that drops them.
 //
 //	go test -run '^$' -bench BrowserBodies -benchtime 1x ./e2e
 func BenchmarkBrowserBodies(b *testing.B) {
-	browserLegs(b, []string{"file", "file+read", "bytes-page", "bytes-blob", "bytes-worker"})
+	browserLegs(b, []string{"file", "file+read", "bytes-page", "bytes-blob", "bytes-worker", "file-fetch", "file+read-fetch"})
 }
 
 // BenchmarkBrowserReads measures what the hashing worker's read of a file

@@ -24,6 +24,9 @@
 //                transfers it to the page, which PUTs it (XMLHttpRequest)
 //   bytes-blob   the same, the buffer wrapped in a Blob
 //   bytes-worker the worker PUTs the buffers itself (fetch)
+// and file-fetch, file+read-fetch: file and file+read with each PUT sent
+// by fetch instead of XMLHttpRequest (no upload progress events; the SDK
+// needs them for its progress bar).
 // and, with cfg.legs (BenchmarkBrowserReads), the worker's read alone, by
 // each way a worker can read a File, nothing sent:
 //   read-byob    one byte stream into a reused 8 MiB buffer (the SDK's)
@@ -43,7 +46,7 @@ import { launchDetached, setFiles } from './detached.mjs'
 
 const cfg = JSON.parse(process.env.FERRY_E2E || '{}')
 const log = (...a) => console.error('[bodies]', ...a)
-const legs = cfg.legs || ['file', 'file+read', 'bytes-page', 'bytes-blob', 'bytes-worker']
+const legs = cfg.legs || ['file', 'file+read', 'bytes-page', 'bytes-blob', 'bytes-worker', 'file-fetch', 'file+read-fetch']
 const legTimeout = 120000
 
 const page = `<!doctype html><meta charset="utf-8"><input type="file" id="f">
@@ -51,7 +54,13 @@ const page = `<!doctype html><meta charset="utf-8"><input type="file" id="f">
 const partSize = 8 << 20
 const concurrency = 4
 // put sends one part and resolves once the sink answered with its length.
-function put(n, body, size) {
+async function put(n, body, size, viaFetch) {
+  if (viaFetch) {
+    const r = await fetch('/part?n=' + n, { method: 'PUT', body })
+    const got = await r.text()
+    if (r.status !== 200 || Number(got) !== size) throw new Error('part ' + n + ': ' + r.status + ' ' + got)
+    return
+  }
   return new Promise((resolve, reject) => {
     const x = new XMLHttpRequest()
     x.open('PUT', '/part?n=' + n)
@@ -61,7 +70,9 @@ function put(n, body, size) {
     x.send(body)
   })
 }
-window.runLeg = async (leg) => {
+window.runLeg = async (name) => {
+  const viaFetch = name.endsWith('-fetch')
+  const leg = name.replace(/-fetch$/, '')
   const file = document.getElementById('f').files[0]
   const count = Math.ceil(file.size / partSize)
   const size = (n) => Math.min(partSize, file.size - (n - 1) * partSize)
@@ -91,7 +102,7 @@ window.runLeg = async (leg) => {
       for (let n = next++; n <= count; n = next++) {
         const buf = worker ? await read[n] : null
         const body = leg === 'bytes-page' ? buf : leg === 'bytes-blob' ? new Blob([buf]) : file.slice((n - 1) * partSize, (n - 1) * partSize + size(n))
-        await put(n, body, size(n))
+        await put(n, body, size(n), viaFetch)
       }
     }))
   }
