@@ -24,9 +24,10 @@
 //                transfers it to the page, which PUTs it (XMLHttpRequest)
 //   bytes-blob   the same, the buffer wrapped in a Blob
 //   bytes-worker the worker PUTs the buffers itself (fetch)
-// and file-fetch, file+read-fetch: file and file+read with each PUT sent
-// by fetch instead of XMLHttpRequest (no upload progress events; the SDK
-// needs them for its progress bar).
+//   file-fetch, file+read-fetch
+//                file and file+read, each PUT sent by fetch instead of
+//                XMLHttpRequest (which has the upload progress events the
+//                SDK's progress bar needs)
 // and, with cfg.legs (BenchmarkBrowserReads), the worker's read alone, by
 // each way a worker can read a File, nothing sent:
 //   read-byob    one byte stream into a reused 8 MiB buffer (the SDK's)
