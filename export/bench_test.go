@@ -133,7 +133,9 @@ func BenchmarkExportScale(b *testing.B) {
 	b.ReportMetric(scanRate, "scan-msgs/s")
 	b.ReportMetric(scanRSS, "scan-peak-RSS-MiB")
 	var shardBytes int64
-	db.Model(&models.ExportShard{}).Where("export_id = ?", x.ID).Select("COALESCE(SUM(bytes), 0)").Scan(&shardBytes)
+	if err := db.Model(&models.ExportShard{}).Where("export_id = ?", x.ID).Select("COALESCE(SUM(bytes), 0)").Scan(&shardBytes).Error; err != nil {
+		b.Fatal(err)
+	}
 	b.Logf("%s: export of %d messages in %d shards (%.1f MiB of JSON): %.1fs, %.0f messages/s, artifact %.1f MiB, peak RSS %.0f MiB",
 		dialect, *x.MessageCount, *x.ShardCount, float64(shardBytes)/(1<<20), exp["seconds"], expRate, float64(*x.Bytes)/(1<<20), expRSS)
 	b.Logf("%s: plain SELECT of the same %d rows: %.1fs, %.0f rows/s, peak RSS %.0f MiB (the export takes %.1fx as long)",

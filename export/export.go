@@ -148,8 +148,8 @@ func New(o Config, opts ...Option) (*Service, error) {
 	if o.ShardSize <= 0 {
 		// Each shard is one PUT, and at 200 messages the S3 server's cost
 		// per PUT was the largest part of a run's CPU. 1,000 messages
-		// (about 34 KB of JSON) is still a small unit to redo after a
-		// crash. The plan is stored, so an export keeps the size it was
+		// (about 250 KB of JSON in BenchmarkExportScale) is still a small
+		// unit to redo after a crash. The plan is stored, so an export keeps the size it was
 		// planned with, and the artifact's bytes do not depend on it.
 		o.ShardSize = 1000
 	}
