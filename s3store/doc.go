@@ -25,9 +25,10 @@
 //     endpoint, sends them on a connection of its own whose body SendTo
 //     splices to a client's socket (splice.go), streaming writes of
 //     unknown size with constant memory that become visible only when the
-//     writer succeeds (WriteObject), put, delete, delete by prefix (a
-//     listing's page per DeleteObjects call, one object per call on a
-//     store that refuses DeleteObjects), server-side copy (Copy);
+//     writer succeeds (WriteObject), put, delete, delete by prefix or
+//     by a list of keys (a listing's page, or 1,000 keys, per
+//     DeleteObjects call, one object per call on a store that refuses
+//     DeleteObjects), server-side copy (Copy);
 //   - the capability probe (Probe): checksums, POST policies, CORS (a
 //     browser's preflight and PUT), lifecycle and CopyObject, each tried
 //     the way ferry uses it, so ferry can fall back from what a store
