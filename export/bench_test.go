@@ -9,11 +9,13 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/ferry-io/ferry/chat"
+	"github.com/ferry-io/ferry/internal/faultproxy"
 	"github.com/ferry-io/ferry/internal/testenv"
 	"github.com/ferry-io/ferry/jobs"
 	"github.com/ferry-io/ferry/models"
@@ -32,6 +34,8 @@ import (
 // FERRY_BENCH_SHARD_SIZE sets the messages per shard (default 1000);
 // FERRY_BENCH_LARGE_BODIES=1 makes every body 16 KiB of U+0001, the most
 // JSON a message renders to (try it with FERRY_BENCH_MESSAGES=12000);
+// FERRY_BENCH_S3_LINK=N puts the S3 server behind a link of N MiB/s each
+// way (internal/faultproxy, in this process), as a store across a network;
 // FERRY_BENCH_CPUPROFILE=DIR writes each child's CPU profile to
 // DIR/scan.prof and DIR/export.prof.
 //
@@ -85,6 +89,13 @@ func BenchmarkExportScale(b *testing.B) {
 	}
 
 	srv := testenv.S3(b)
+	link, _ := strconv.ParseFloat(os.Getenv("FERRY_BENCH_S3_LINK"), 64)
+	if link > 0 {
+		var p *faultproxy.Proxy
+		srv, p = testenv.S3ThroughProxy(b)
+		p.SetBandwidth(faultproxy.Both, int64(link*(1<<20)))
+		b.Logf("the export reaches the S3 server over a link of %.0f MiB/s each way", link)
+	}
 	dbPID := 0 // the database server's process, when it runs here
 	if dialect == models.MySQL {
 		dbPID = pidOf("mariadbd", "mysqld")
@@ -136,12 +147,16 @@ func BenchmarkExportScale(b *testing.B) {
 	if err := db.Model(&models.ExportShard{}).Where("export_id = ?", x.ID).Select("COALESCE(SUM(bytes), 0)").Scan(&shardBytes).Error; err != nil {
 		b.Fatal(err)
 	}
-	b.Logf("%s: export of %d messages in %d shards (%.1f MiB of JSON): %.1fs, %.0f messages/s, artifact %.1f MiB, peak RSS %.0f MiB",
-		dialect, *x.MessageCount, *x.ShardCount, float64(shardBytes)/(1<<20), exp["seconds"], expRate, float64(*x.Bytes)/(1<<20), expRSS)
+	b.Logf("%s: export of %d messages in %d shards (%.1f MiB of JSON, %.1f MiB put): %.1fs, %.0f messages/s, artifact %.1f MiB, peak RSS %.0f MiB",
+		dialect, *x.MessageCount, *x.ShardCount, float64(shardBytes)/(1<<20), exp["shard-objects"]/(1<<20), exp["seconds"], expRate, float64(*x.Bytes)/(1<<20), expRSS)
 	b.Logf("%s: plain SELECT of the same %d rows: %.1fs, %.0f rows/s, peak RSS %.0f MiB (the export takes %.1fx as long)",
 		dialect, int64(scan["rows"]), scan["seconds"], scanRate, scanRSS, exp["seconds"]/scan["seconds"])
+	server := "the S3 server"
+	if link > 0 {
+		server += " and the link"
+	}
 	cpu := func(r map[string]float64) string {
-		s := fmt.Sprintf("CPU: %.1fs in the child, %.1fs in this process (the S3 server)", r["cpu"], r["s3-cpu"])
+		s := fmt.Sprintf("CPU: %.1fs in the child, %.1fs in this process (%s)", r["cpu"], r["s3-cpu"], server)
 		if r["db-seen"] > 0 {
 			s += fmt.Sprintf(", %.1fs in the database server", r["db-cpu"])
 		}
@@ -188,7 +203,8 @@ func TestBenchChild(t *testing.T) {
 		}
 		fmt.Printf("RESULT rows %d\n", n)
 	case "export":
-		store := testenv.StoreFor(t, testenv.S3(t), os.Getenv("FERRY_EXPORT_CHILD_BUCKET"))
+		store := &putCounter{Storage: testenv.StoreFor(t, testenv.S3(t), os.Getenv("FERRY_EXPORT_CHILD_BUCKET"))}
+		defer func() { fmt.Printf("RESULT shard-objects %d\n", store.bytes.Load()) }()
 		q := testenv.Must(jobs.NewQueue(jobs.QueueConfig{DB: db, Now: time.Now}))
 		shardSize, _ := strconv.Atoi(os.Getenv("FERRY_BENCH_SHARD_SIZE"))
 		svc := testenv.Must(New(withDeps(Config{Concurrency: 1, DeleteShards: true, ShardSize: shardSize, Log: testenv.Logger(t)}, db, store, q)))
@@ -210,6 +226,17 @@ func TestBenchChild(t *testing.T) {
 		}
 	}
 	fmt.Printf("RESULT seconds %f\n", time.Since(start).Seconds())
+}
+
+// putCounter counts the bytes put through PutSHA256, the shard objects'.
+type putCounter struct {
+	Storage
+	bytes atomic.Int64
+}
+
+func (c *putCounter) PutSHA256(ctx context.Context, key string, body []byte, sha256Hex, contentType string) error {
+	c.bytes.Add(int64(len(body)))
+	return c.Storage.PutSHA256(ctx, key, body, sha256Hex, contentType)
 }
 
 // cpuSelf is the CPU time this process has used, in seconds.
