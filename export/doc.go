@@ -24,13 +24,15 @@
 // first persists a shard plan: per conversation in id order, the visible
 // messages in seq order, ShardSize messages per shard. Each shard is then
 // rendered as JSON Lines with sorted keys and no run-time values, its
-// SHA-256 recorded in the database and its bytes put at
-// exports/<id>/shards/<n>, in a PUT signed with that hash so that S3
-// refuses any other bytes. A rerun verifies each recorded shard against its
-// object and skips it when they match; a missing or altered object is
-// regenerated, and a regenerated shard whose hash differs from the record
-// fails the export for good: the generator is not deterministic, and
-// papering over that would break byte-identical reruns.
+// SHA-256 and size recorded in the database and its bytes put at
+// exports/<id>/shards/<n> as one Snappy block, in a PUT signed with the
+// block's hash so that S3 refuses any other bytes. A rerun verifies each
+// recorded shard against its object (decoded, or as it is when an
+// earlier version stored the JSON itself) and skips it when they match;
+// a missing or altered object is regenerated, and a regenerated shard
+// whose hash differs from the record fails the export for good: the
+// generator is not deterministic, and papering over that would break
+// byte-identical reruns.
 //
 // The artifact, exports/<id>/export.jsonl.gz, is the shards streamed in
 // order through gzip (no name, mtime 0, default level) into a multipart

@@ -63,7 +63,8 @@ type Storage interface {
 	// only if the store receives exactly those bytes (see
 	// s3store.Store.PutSHA256).
 	PutSHA256(ctx context.Context, key string, body []byte, sha256Hex, contentType string) error
-	Get(ctx context.Context, key string) (io.ReadCloser, error)
+	// GetVersion streams key's object and tells its size.
+	GetVersion(ctx context.Context, key string) (io.ReadCloser, s3store.ObjectInfo, error)
 	// WriteObject makes key hold what fill writes, or nothing if fill
 	// or the write fails (see s3store.Store.WriteObject).
 	WriteObject(ctx context.Context, key, contentType string, partSize int, fill func(io.Writer) error) (int64, error)

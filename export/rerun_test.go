@@ -1,6 +1,7 @@
 package export
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -12,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/klauspost/compress/s2"
 
 	"github.com/ferry-io/ferry/chat"
 	"github.com/ferry-io/ferry/internal/testenv"
@@ -102,6 +105,55 @@ func seedUsers(t *testing.T, e *env, n, messages int) []string {
 	return ids
 }
 
+// gatedRun is two exports of the same history: victim, whose first run
+// a gate stopped at its first assembly step (its shards written so far
+// are in the bucket), and ref, an undisturbed one.
+type gatedRun struct {
+	t           *testing.T
+	env         *env
+	gate        *gate
+	ref, victim View
+}
+
+// forEachGatedRun runs f on a gatedRun of each of makers on each
+// database: a history of 13 shards of 5 messages, the victim's first run
+// stopped at the gate.
+func forEachGatedRun(t *testing.T, f func(t *testing.T, db *testenv.DB, r gatedRun)) {
+	forEachMaker(t, func(t *testing.T, opts []Option) {
+		testenv.ForEachDB(t, func(t *testing.T, db *testenv.DB) { f(t, db, stopFirstRun(t, db, opts)) })
+	})
+}
+
+func stopFirstRun(t *testing.T, db *testenv.DB, opts []Option) gatedRun {
+	t.Helper()
+	g := newGate()
+	e := newEnv(t, db, nil, Config{ShardSize: 5}, slices.Concat(opts, []Option{WithHooks(g.hooks())})...)
+	users := seedUsers(t, e, 3, 60)
+	owner := chat.Actor{ID: users[0]}
+	r := gatedRun{t: t, env: e, gate: g, ref: e.create(owner, "reference", "all"), victim: e.create(owner, "victim", "all")}
+	g.id.Store(r.victim.ID)
+	e.start()
+	g.await(t)
+	return r
+}
+
+// finish lets the victim's first run fail at the gate and waits for both
+// exports: the victim must be done after a second run, with the
+// undisturbed export's artifact.
+func (r gatedRun) finish() models.Export {
+	r.t.Helper()
+	close(r.gate.proceed)
+	ref := r.env.wait(r.ref.ID, 60*time.Second, StateDone, StateFailed)
+	victim := r.env.wait(r.victim.ID, 60*time.Second, StateDone, StateFailed)
+	if victim.State != StateDone || victim.Runs != 2 {
+		r.t.Fatalf("victim %s after %d runs (%v)", victim.State, victim.Runs, victim.Error)
+	}
+	if *victim.SHA256 != *ref.SHA256 {
+		r.t.Fatalf("artifact %s, undisturbed export %s", *victim.SHA256, *ref.SHA256)
+	}
+	return victim
+}
+
 // makers are the two ways a run makes shards: their generation tasks
 // render and check them ahead, or, for shards too large for that (here
 // every one, under a tiny budget), the producer does in its turn.
@@ -113,27 +165,19 @@ var makers = []struct {
 	{"in turn", []Option{withStageBytes(4 << 10)}},
 }
 
+// forEachMaker runs f as a subtest once with each of makers.
+func forEachMaker(t *testing.T, f func(t *testing.T, opts []Option)) {
+	for _, m := range makers {
+		t.Run(m.name, func(t *testing.T) { f(t, m.opts) })
+	}
+}
+
 // X3: shards truncated, appended to or deleted in the bucket between runs
 // are rewritten to their recorded bytes; the others are verified and
 // skipped; the artifact equals an undisturbed export's.
 func TestAlteredShardsAreRewritten(t *testing.T) {
-	for _, m := range makers {
-		t.Run(m.name, func(t *testing.T) { alteredShardsAreRewritten(t, m.opts) })
-	}
-}
-
-func alteredShardsAreRewritten(t *testing.T, opts []Option) {
-	testenv.ForEachDB(t, func(t *testing.T, db *testenv.DB) {
-		g := newGate()
-		e := newEnv(t, db, nil, Config{ShardSize: 5}, slices.Concat(opts, []Option{WithHooks(g.hooks())})...)
-		users := seedUsers(t, e, 3, 60)
-		owner := chat.Actor{ID: users[0]}
-		ref := e.create(owner, "reference", "all")
-		victim := e.create(owner, "victim", "all")
-		g.id.Store(victim.ID)
-		e.start()
-
-		g.await(t)
+	forEachGatedRun(t, func(t *testing.T, db *testenv.DB, r gatedRun) {
+		e, g, victim := r.env, r.gate, r.victim
 		bucket := e.store.Bucket()
 		s0 := object(t, bucket, shardKey(victim.ID, 0))
 		putObject(t, bucket, shardKey(victim.ID, 0), s0[:len(s0)/2])
@@ -142,13 +186,8 @@ func alteredShardsAreRewritten(t *testing.T, opts []Option) {
 		if err := e.store.Delete(context.Background(), shardKey(victim.ID, 2)); err != nil {
 			t.Fatal(err)
 		}
-		close(g.proceed)
 
-		xr := e.wait(ref.ID, 60*time.Second, StateDone, StateFailed)
-		xv := e.wait(victim.ID, 60*time.Second, StateDone, StateFailed)
-		if xv.State != StateDone || xv.Runs != 2 {
-			t.Fatalf("victim %s after %d runs (%v)", xv.State, xv.Runs, xv.Error)
-		}
+		xv := r.finish()
 		// The first run wrote the shards that reached the stages before
 		// its first assembly: all 13 when they are made ahead (they fit
 		// one window), those that fit the budget when they are made in
@@ -160,15 +199,80 @@ func alteredShardsAreRewritten(t *testing.T, opts []Option) {
 		if k < 3 || !slices.Equal(w, want) {
 			t.Fatalf("shard writes %v; want the first run's in order, then 0, 1, 2 again and the rest of %d", w, count)
 		}
-		if *xv.SHA256 != *xr.SHA256 {
-			t.Fatalf("artifact %s, undisturbed export %s", *xv.SHA256, *xr.SHA256)
-		}
 		for n := range 3 {
 			var sh models.ExportShard
 			db.Where("export_id = ? AND n = ?", victim.ID, n).Take(&sh)
-			sum := sha256.Sum256(object(t, bucket, shardKey(victim.ID, n)))
+			sum := sha256.Sum256(shardJSON(t, object(t, bucket, shardKey(victim.ID, n))))
 			if hex.EncodeToString(sum[:]) != *sh.SHA256 {
 				t.Fatalf("shard %d in the bucket does not match its record after the rerun", n)
+			}
+		}
+	})
+}
+
+// shardJSON is the JSON a shard object holds (see encodeShard).
+func shardJSON(t *testing.T, obj []byte) []byte {
+	t.Helper()
+	b, err := s2.Decode(nil, obj)
+	if err != nil {
+		t.Fatalf("shard object of %d bytes is not a Snappy block: %v", len(obj), err)
+	}
+	return b
+}
+
+// Shard objects are Snappy blocks of their JSON, a fraction of its size,
+// and the JSON hashes to the record.
+func TestShardObjectsAreSnappyBlocks(t *testing.T) {
+	testenv.ForEachDB(t, func(t *testing.T, db *testenv.DB) {
+		e := newEnv(t, db, nil, Config{ShardSize: 50})
+		users := seedUsers(t, e, 3, 300)
+		v := e.create(chat.Actor{ID: users[0]}, "k", "all")
+		e.start()
+		x := e.wait(v.ID, 60*time.Second, StateDone)
+		var shards []models.ExportShard
+		db.Where("export_id = ?", v.ID).Order("n").Find(&shards)
+		if len(shards) != *x.ShardCount || len(shards) < 4 {
+			t.Fatalf("%d shard records for %d shards", len(shards), *x.ShardCount)
+		}
+		stored, json := 0, 0
+		for _, sh := range shards {
+			obj := object(t, e.store.Bucket(), shardKey(v.ID, sh.N))
+			b := shardJSON(t, obj)
+			sum := sha256.Sum256(b)
+			if hex.EncodeToString(sum[:]) != *sh.SHA256 || int64(len(b)) != *sh.Bytes {
+				t.Fatalf("shard %d holds %d bytes of JSON with SHA-256 %x; recorded %d, %s", sh.N, len(b), sum, *sh.Bytes, *sh.SHA256)
+			}
+			stored, json = stored+len(obj), json+len(b)
+		}
+		if 3*stored > json {
+			t.Fatalf("shards stored in %d bytes for %d of JSON", stored, json)
+		}
+		t.Logf("%d shards stored in %d bytes for %d of JSON", len(shards), stored, json)
+	})
+}
+
+// X3 across an upgrade: shard objects stored as plain JSON, as versions
+// before encodeShard stored them, are verified and kept by the rerun
+// rather than written again, and the artifact equals an undisturbed
+// export's.
+func TestPlainShardsAreKept(t *testing.T) {
+	forEachGatedRun(t, func(t *testing.T, db *testenv.DB, r gatedRun) {
+		e, g, victim := r.env, r.gate, r.victim
+		bucket := e.store.Bucket()
+		plain := map[int][]byte{}
+		for n := range 3 {
+			plain[n] = shardJSON(t, object(t, bucket, shardKey(victim.ID, n)))
+			putObject(t, bucket, shardKey(victim.ID, n), plain[n])
+		}
+
+		xv := r.finish()
+		// Each shard written once: the first run's, then the rest.
+		if w := g.written(victim.ID); !slices.Equal(w, seq(0, *xv.ShardCount)) {
+			t.Fatalf("shard writes %v; want each of the %d once, in order", w, *xv.ShardCount)
+		}
+		for n, b := range plain {
+			if !bytes.Equal(object(t, bucket, shardKey(victim.ID, n)), b) {
+				t.Fatalf("shard %d's plain object was replaced", n)
 			}
 		}
 	})
@@ -178,9 +282,7 @@ func alteredShardsAreRewritten(t *testing.T, opts []Option) {
 // time a shard must be regenerated, and the export fails for good with
 // export.failed in the outbox.
 func TestNondeterministicGeneratorFails(t *testing.T) {
-	for _, m := range makers {
-		t.Run(m.name, func(t *testing.T) { nondeterministicGeneratorFails(t, m.opts) })
-	}
+	forEachMaker(t, nondeterministicGeneratorFails)
 }
 
 func nondeterministicGeneratorFails(t *testing.T, opts []Option) {
