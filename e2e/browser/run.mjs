@@ -461,6 +461,41 @@ const scenarios = {
     return { uploadId: await row.getAttribute('data-upload-id'), presigns, puts, local }
   },
 
+  // A read of the file that never answers, as headless Chromium's Blob
+  // streams now and then did under load: the hashing worker's reads are
+  // made to stall once, at the first read after 8 MiB. The worker gives
+  // up on it after a few seconds, reads the rest by slices, and the
+  // upload ends done.
+  async 'ui-stalled-read'({ page }) {
+    await signIn(page)
+    await until('the hashing worker to start', async () => page.workers().some((w) => w.url().includes('hash-worker')), 10000)
+    const workers = page.workers().filter((w) => w.url().includes('hash-worker'))
+    for (const w of workers) {
+      await w.evaluate((after) => {
+        const read = ReadableStreamBYOBReader.prototype.read
+        let seen = 0
+        self.stalls = 0
+        ReadableStreamBYOBReader.prototype.read = function (view) {
+          if (seen >= after && self.stalls === 0) {
+            self.stalls++
+            return new Promise(() => {})
+          }
+          return read.call(this, view).then((r) => {
+            if (r.value) seen += r.value.byteLength
+            return r
+          })
+        }
+      }, 8 * MiB)
+    }
+    const started = Date.now()
+    await page.locator('#file-input').setInputFiles(cfg.file)
+    const row = await uploadRow(page)
+    await waitFinal(row, 60000)
+    let stalls = 0
+    for (const w of workers) stalls += await w.evaluate(() => self.stalls)
+    return { uploadId: await row.getAttribute('data-upload-id'), stalls, ms: Date.now() - started }
+  },
+
   // A page without WebCrypto (plain HTTP on a host other than localhost),
   // made here by hiding crypto.subtle in the page and in the hashing
   // worker's script: the SDK hashes with hash-wasm, the file's SHA-256 on

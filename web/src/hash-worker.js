@@ -207,6 +207,40 @@ async function shaPort(port) {
   }
 }
 
+// A read can stall for good: under load, headless Chromium 156 now and then
+// never answered a Blob stream's read (seen in CI as an upload stuck at
+// "Checking 8.0 MiB of 12 MiB" with nothing else reading). A read that
+// brings no byte for stallMs is given up on, and the rest of the file is
+// read by slices instead (see readChunks). A slice's arrayBuffer() cannot
+// report progress, so it gets sliceMs, and sliceTries tries, before the
+// job fails with an error the upload shows rather than waiting for ever.
+// Giving up on a read that was only slow costs the bytes it had read.
+const stallMs = 5000
+const sliceMs = 30000
+const sliceTries = 3
+
+class Stalled extends Error {}
+
+// within settles as p does, or rejects with Stalled after ms.
+function within(p, ms) {
+  let timer
+  const stalled = new Promise((_, reject) => { timer = setTimeout(() => reject(new Stalled('stalled')), ms) })
+  return Promise.race([p, stalled]).finally(() => clearTimeout(timer))
+}
+
+// readSlice is blob's bytes [start, end), read by a slice.
+async function readSlice(blob, start, end) {
+  for (let tries = 1; ; tries++) {
+    try {
+      return new Uint8Array(await within(blob.slice(start, end).arrayBuffer(), sliceMs))
+    } catch (err) {
+      if (!(err instanceof Stalled) || tries >= sliceTries) {
+        throw err instanceof Stalled ? new Error(`reading the file stalled at byte ${start}`) : err
+      }
+    }
+  }
+}
+
 // readChunks yields blob's bytes in order, one Uint8Array per [start, end)
 // range of ranges (contiguous, from 0). Where Blob streams are byte
 // streams (Chromium, Firefox) it reads with BYOB requests into buffers of
@@ -218,7 +252,8 @@ async function shaPort(port) {
 // 455 ms and 0.69 for FileReaderSync of each 8 MiB slice, and 494 ms and
 // 0.72 for slice().arrayBuffer() of each, which allocates and fills a new
 // buffer through another trip to the browser process per chunk.
-// Elsewhere it falls back to that, one chunk read ahead.
+// Elsewhere, and from a stalled read on, it reads by slices, one chunk
+// ahead.
 async function* readChunks(blob, ranges, reuse) {
   let reader = null
   try {
@@ -226,33 +261,44 @@ async function* readChunks(blob, ranges, reuse) {
   } catch {
     // Blob streams are not byte streams in this browser.
   }
-  if (!reader) {
-    const read = (i) => (i < ranges.length ? blob.slice(ranges[i][0], ranges[i][1]).arrayBuffer() : null)
-    let next = read(0)
-    for (let i = 0; i < ranges.length; i++) {
-      const buf = new Uint8Array(await next)
-      next = read(i + 1)
-      yield buf
-    }
-    return
-  }
-  try {
-    let buf = null
-    for (const [start, end] of ranges) {
-      const len = end - start
-      if (!reuse || !buf || buf.byteLength < len) buf = new ArrayBuffer(len)
-      // A read fills what the stream has at hand, and hands the buffer
-      // back as a new object (the one it was given is detached).
-      for (let got = 0; got < len;) {
-        const { done, value } = await reader.read(new Uint8Array(buf, got, len - got))
-        if (value) buf = value.buffer
-        if (done) throw new Error('the file ended early: it changed while it was read')
-        got += value.byteLength
+  let i = 0
+  if (reader) {
+    try {
+      let buf = null
+      for (; i < ranges.length; i++) {
+        const [start, end] = ranges[i]
+        const len = end - start
+        if (!reuse || !buf || buf.byteLength < len) buf = new ArrayBuffer(len)
+        // A read fills what the stream has at hand, and hands the buffer
+        // back as a new object (the one it was given is detached).
+        for (let got = 0; got < len;) {
+          const { done, value } = await within(reader.read(new Uint8Array(buf, got, len - got)), stallMs)
+          if (value) buf = value.buffer
+          if (done) throw new Error('the file ended early: it changed while it was read')
+          got += value.byteLength
+        }
+        yield new Uint8Array(buf, 0, len)
       }
-      yield new Uint8Array(buf, 0, len)
+      return
+    } catch (err) {
+      // The stalled read holds this range's buffer: the range is read
+      // again, by a slice.
+      if (!(err instanceof Stalled)) throw err
+    } finally {
+      reader.cancel().catch(() => {})
     }
-  } finally {
-    reader.cancel().catch(() => {})
+  }
+  const slice = (k) => {
+    if (k >= ranges.length) return null
+    const p = readSlice(blob, ranges[k][0], ranges[k][1])
+    p.catch(() => {}) // awaited in its turn, unless the caller stops first
+    return p
+  }
+  let next = slice(i)
+  for (; i < ranges.length; i++) {
+    const buf = await next
+    next = slice(i + 1)
+    yield buf
   }
 }
 
