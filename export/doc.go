@@ -25,8 +25,8 @@
 // messages in seq order, ShardSize messages per shard. Each shard is then
 // rendered as JSON Lines with sorted keys and no run-time values, its
 // SHA-256 and size recorded in the database and its bytes put at
-// exports/<id>/shards/<n> as one Snappy block, in a PUT signed with the
-// block's hash so that S3 refuses any other bytes. A rerun verifies each
+// exports/<id>/shards/<n> in Snappy's framing format, in a PUT signed
+// with the object's hash so that S3 refuses any other bytes. A rerun verifies each
 // recorded shard against its object (decoded, or as it is when an
 // earlier version stored the JSON itself) and skips it when they match;
 // a missing or altered object is regenerated, and a regenerated shard

@@ -38,7 +38,7 @@ type ExportPermission struct {
 
 // ExportShard is one entry of an export's shard plan and, once written,
 // the SHA-256 and size of its JSON (its object holds that JSON as a
-// Snappy block, or as it is when an earlier version wrote it).
+// Snappy-framed, or as it is when an earlier version wrote it).
 type ExportShard struct {
 	ExportID       string `gorm:"primaryKey"`
 	N              int    `gorm:"primaryKey;column:n"`
