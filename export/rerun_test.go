@@ -125,6 +125,7 @@ func forEachGatedRun(t *testing.T, f func(t *testing.T, db *testenv.DB, r gatedR
 	})
 }
 
+// stopFirstRun sets up one gatedRun of forEachGatedRun's.
 func stopFirstRun(t *testing.T, db *testenv.DB, opts []Option) gatedRun {
 	t.Helper()
 	g := newGate()
@@ -214,6 +215,9 @@ func TestAlteredShardsAreRewritten(t *testing.T) {
 // shardJSON is the JSON a shard object holds (see encodeShard).
 func shardJSON(t *testing.T, obj []byte) []byte {
 	t.Helper()
+	if len(obj) == 0 {
+		t.Fatal("shard object missing or empty") // even an empty shard has the stream identifier
+	}
 	b, err := io.ReadAll(s2.NewReader(bytes.NewReader(obj)))
 	if err != nil {
 		t.Fatalf("shard object of %d bytes is not Snappy-framed: %v", len(obj), err)
