@@ -227,7 +227,7 @@ func TestFaultS3Hangs(t *testing.T) {
 	up := f.waitVerified(tok, id)
 	f.Do("GET", "/files/"+up.FileID, tok, nil).JSON(t, &file)
 
-	p.StallAfter(faultproxy.Both, 0)
+	p.StallAfter(faultproxy.Both, 0, 0)
 	start := time.Now()
 	resp, err := http.Get(file.DownloadURL)
 	if err != nil {

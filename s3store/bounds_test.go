@@ -51,7 +51,7 @@ func TestStoreCallsAreBounded(t *testing.T) {
 	}
 
 	// The store stops answering anything: first byte, then the call bound.
-	proxy.StallAfter(faultproxy.Downstream, 0)
+	proxy.StallAfter(faultproxy.Downstream, 0, 0)
 	start := time.Now()
 	_, err = st.Get(ctx, "obj")
 	outage("GET with no answer", err, start, 5*time.Second)
@@ -68,7 +68,7 @@ func TestStoreCallsAreBounded(t *testing.T) {
 	if _, err := io.ReadFull(body, buf); err != nil {
 		t.Fatal(err)
 	}
-	proxy.StallAfter(faultproxy.Downstream, 0)
+	proxy.StallAfter(faultproxy.Downstream, 0, 0)
 	start = time.Now()
 	_, err = io.ReadAll(body)
 	body.Close()

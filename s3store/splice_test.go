@@ -148,7 +148,7 @@ func TestSendToSplices(t *testing.T) {
 		if _, err := r.SendTo(w, 1<<20, make([]byte, 1<<20)); err != nil {
 			t.Fatal(err)
 		}
-		proxy.StallAfter(faultproxy.Downstream, 0)
+		proxy.StallAfter(faultproxy.Downstream, 0, 0)
 		defer proxy.Heal()
 		start := time.Now()
 		n, err := r.SendTo(w, int64(len(data))-1<<20, make([]byte, 1<<20))

@@ -16,8 +16,10 @@
 //     ResetAll resets every open connection now;
 //   - StallAfter lets n more bytes through in a direction and then holds
 //     the rest without closing anything, like a frozen (SIGSTOPped)
-//     server: StallAfter(Upstream, 0) accepts connections and never
-//     answers, StallAfter(Downstream, n) stops a response mid-body. Held
+//     server: StallAfter(Upstream, 0, 0) accepts connections and never
+//     answers, StallAfter(Downstream, n, 0) stops a response mid-body,
+//     and StallAfter(Upstream, n, 1) holds only the first connection to
+//     send n bytes, like one connection that died without a reset. Held
 //     bytes flow again after Heal, as after SIGCONT;
 //   - Refuse closes the listener, so new connections are refused
 //     (ECONNREFUSED) until Accept (or Heal) listens again on the same

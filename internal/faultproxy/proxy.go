@@ -99,6 +99,7 @@ type rule struct {
 
 	stallGen   uint64
 	stallAfter int64 // < 0: no stall
+	stallsLeft int   // streams still to hold; < 0: unlimited
 }
 
 func dirIndex(d Direction) int {
@@ -223,13 +224,20 @@ func (p *Proxy) ResetAll() int {
 // like ResetAfter, and then holds the stream (connections stay open, bytes
 // wait) until Resume or Heal. A held stream is released by nothing else,
 // not even its client going away: only Resume, Heal or Close end it.
-func (p *Proxy) StallAfter(dir Direction, n int64) {
-	p.update(dir, func(r *rule) { r.stallGen++; r.stallAfter = max(n, 0) })
+// times bounds how many streams are held, like ResetAfter's: the first
+// times streams to carry n bytes stay held and later ones pass, as when
+// one connection to a server dies without a reset and new ones work;
+// times <= 0 holds every one.
+func (p *Proxy) StallAfter(dir Direction, n int64, times int) {
+	if times <= 0 {
+		times = -1
+	}
+	p.update(dir, func(r *rule) { r.stallGen++; r.stallAfter, r.stallsLeft = max(n, 0), times })
 }
 
 // Resume releases every stalled stream.
 func (p *Proxy) Resume() {
-	p.update(Both, func(r *rule) { r.stallGen++; r.stallAfter = -1 })
+	p.update(Both, func(r *rule) { r.stallGen++; r.stallAfter, r.stallsLeft = -1, 0 })
 }
 
 // Refuse closes the listener: connection attempts are refused until
@@ -493,7 +501,8 @@ type stream struct {
 
 	stallGen  uint64
 	stallBase int64
-	stallHeld bool // already counted in Stats.Stalls for this setting
+	stallHeld bool // held by this setting (and counted in Stats.Stalls)
+	stallFree bool // reached its bytes when the setting had no holds left
 }
 
 // observe reads the direction's rule (the caller holds p.mu), starting
@@ -506,7 +515,7 @@ func (s *stream) observe() rule {
 		s.resetGen, s.resetBase, s.resetArmed = r.resetGen, s.sent, r.resetAfter >= 0
 	}
 	if s.stallGen != r.stallGen {
-		s.stallGen, s.stallBase, s.stallHeld = r.stallGen, s.sent, false
+		s.stallGen, s.stallBase, s.stallHeld, s.stallFree = r.stallGen, s.sent, false, false
 	}
 	return r
 }
@@ -552,13 +561,20 @@ func (s *stream) allowance(want int) (int, bool) {
 		if s.resetArmed {
 			n = min(n, s.resetBase+r.resetAfter-s.sent)
 		}
-		if r.stallAfter >= 0 {
+		if r.stallAfter >= 0 && !s.stallFree {
 			left := s.stallBase + r.stallAfter - s.sent
-			if left <= 0 {
-				if !s.stallHeld {
+			if left <= 0 && !s.stallHeld {
+				if rr := &p.rules[s.idx]; rr.stallsLeft == 0 {
+					s.stallFree = true // the setting's holds are taken
+				} else {
+					if rr.stallsLeft > 0 {
+						rr.stallsLeft--
+					}
 					s.stallHeld = true
 					p.stats.stalls.Add(1)
 				}
+			}
+			if s.stallHeld {
 				p.mu.Unlock()
 				select {
 				case <-changed:
@@ -567,7 +583,9 @@ func (s *stream) allowance(want int) (int, bool) {
 					return 0, false
 				}
 			}
-			n = min(n, left)
+			if !s.stallFree {
+				n = min(n, left)
+			}
 		}
 		p.mu.Unlock()
 		if n > 0 {

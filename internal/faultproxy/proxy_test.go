@@ -297,7 +297,7 @@ func TestResetAll(t *testing.T) {
 func TestStallAcceptsAndNeverAnswersUntilResumed(t *testing.T) {
 	u := startUpstream(t)
 	p := testenv.FaultProxy(t, u.addr)
-	p.StallAfter(faultproxy.Upstream, 0)
+	p.StallAfter(faultproxy.Upstream, 0, 0)
 	c := dial(t, p, 10) // the request is held: not even the header passes
 	n, err := readFor(c, 500*time.Millisecond)
 	if n != 0 || !isTimeout(err) {
@@ -319,7 +319,7 @@ func TestStallAcceptsAndNeverAnswersUntilResumed(t *testing.T) {
 func TestStallMidStreamHoldsThenDelivers(t *testing.T) {
 	u := startUpstream(t)
 	p := testenv.FaultProxy(t, u.addr)
-	p.StallAfter(faultproxy.Downstream, 50_000)
+	p.StallAfter(faultproxy.Downstream, 50_000, 0)
 	c := dial(t, p, 1<<20)
 	n, err := readFor(c, 500*time.Millisecond)
 	if n != 50_000 || !isTimeout(err) {
@@ -334,6 +334,34 @@ func TestStallMidStreamHoldsThenDelivers(t *testing.T) {
 		t.Fatalf("after Heal got %d more bytes: %v", rest, err)
 	}
 	roundTrip(t, c, []byte("still the same connection"))
+}
+
+// StallAfter with a count holds only the first streams to carry their
+// bytes: later connections, and the held one's other direction, go on.
+func TestStallHoldsOnlyTheFirstStreams(t *testing.T) {
+	u := startUpstream(t)
+	p := testenv.FaultProxy(t, u.addr)
+	p.StallAfter(faultproxy.Downstream, 50_000, 1)
+	held := dial(t, p, 1<<20)
+	if n, err := readFor(held, 500*time.Millisecond); n != 50_000 || !isTimeout(err) {
+		t.Fatalf("first connection: read %d bytes then %v; want exactly 50000 then silence", n, err)
+	}
+	free := dial(t, p, 1<<20)
+	free.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if n, err := io.CopyN(io.Discard, free, 1<<20); err != nil {
+		t.Fatalf("second connection got %d bytes of 1 MiB: %v", n, err)
+	}
+	if n, err := readFor(held, 200*time.Millisecond); n != 0 || !isTimeout(err) {
+		t.Fatalf("the held connection read %d more bytes (%v) while the second one passed", n, err)
+	}
+	if st := p.Stats(); st.Stalls != 1 {
+		t.Fatalf("stalls = %d, want 1", st.Stalls)
+	}
+	p.Resume()
+	held.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if rest, err := io.CopyN(io.Discard, held, 1<<20-50_000); err != nil {
+		t.Fatalf("after Resume the held connection got %d more bytes: %v", rest, err)
+	}
 }
 
 func TestRefuseThenAcceptOnTheSamePort(t *testing.T) {
@@ -400,7 +428,7 @@ func TestCloseEndsHeldStreams(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.StallAfter(faultproxy.Both, 0)
+	p.StallAfter(faultproxy.Both, 0, 0)
 	p.SetLatency(time.Hour)
 	c := dial(t, p, 1<<20)
 	time.Sleep(100 * time.Millisecond)
