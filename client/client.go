@@ -20,6 +20,7 @@ type Client struct {
 	token string
 	api   *http.Client // ferry's API
 	data  *http.Client // S3 part PUTs and downloads: no overall timeout
+	idle  time.Duration
 	sleep func(ctx context.Context, d time.Duration) error
 }
 
@@ -29,8 +30,15 @@ type Option func(*Client)
 // WithHTTPClient sets the client for ferry's API calls.
 func WithHTTPClient(h *http.Client) Option { return func(c *Client) { c.api = h } }
 
-// WithDataClient sets the client for part uploads and downloads.
+// WithDataClient sets the client for part uploads and downloads, in place
+// of one whose connections are bounded by the idle timeout.
 func WithDataClient(h *http.Client) Option { return func(c *Client) { c.data = h } }
+
+// WithIdleTimeout sets how long a part PUT or a download may move no byte
+// (nor wait for an answer) before its connection is given up and the
+// transfer retried on a new one; 0 waits for ever. The default is
+// DefaultIdleTimeout. It has no effect with WithDataClient.
+func WithIdleTimeout(d time.Duration) Option { return func(c *Client) { c.idle = d } }
 
 // New returns a client for the ferry server at baseURL (such as
 // https://files.example.com) authenticating with token.
@@ -39,11 +47,14 @@ func New(baseURL, token string, opts ...Option) *Client {
 		base:  strings.TrimRight(baseURL, "/"),
 		token: token,
 		api:   &http.Client{Timeout: 60 * time.Second},
-		data:  &http.Client{Transport: &http.Transport{Proxy: http.ProxyFromEnvironment, MaxIdleConnsPerHost: 64, ResponseHeaderTimeout: 2 * time.Minute}},
+		idle:  DefaultIdleTimeout,
 		sleep: sleepCtx,
 	}
 	for _, o := range opts {
 		o(c)
+	}
+	if c.data == nil {
+		c.data = &http.Client{Transport: dataTransport(c.idle)}
 	}
 	return c
 }

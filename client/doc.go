@@ -29,7 +29,11 @@
 //
 // Parts go to S3 in parallel (Concurrency, default 4). Failed PUTs retry
 // with exponential backoff (1 s, 2 s, 4 s … capped at 10 s); an expired URL
-// is re-signed. Then Upload completes with the whole file's checksums and
+// is re-signed. A PUT that moves no byte for the idle timeout, or then
+// waits that long for S3's answer, has failed (WithIdleTimeout, default a
+// minute): a connection that died without a reset, or a store that
+// stopped reading, costs that and a retry on a new connection, not the
+// upload. Then Upload completes with the whole file's checksums and
 // follows the upload with a long poll until ferry has merged it. A store
 // without checksums gets Content-MD5 per part instead.
 //
@@ -40,8 +44,11 @@
 // was asked for is never spliced onto old bytes), and checks the whole
 // file at the end: against the CRC32C ferry computed with the SHA-256
 // (Repr-Digest) when it sends one, else against the strong ETag's
-// SHA-256 (DownloadOptions.SHA256 always uses SHA-256). Given DownloadOptions.Refresh, it renews a link ferry calls
-// expired and goes on; without it an expired link ends the download.
+// SHA-256 (DownloadOptions.SHA256 always uses SHA-256). Given
+// DownloadOptions.Refresh, it renews a link ferry calls expired and goes
+// on; without it an expired link ends the download. A read that waits the
+// idle timeout for a byte gives its connection up, and the download
+// resumes on a new one.
 //
 // # Exports
 //

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ferry-io/ferry/internal/faultproxy"
 	"github.com/ferry-io/ferry/internal/testenv"
 )
 
@@ -245,6 +246,25 @@ func TestCLIUploadKilledThenResumed(t *testing.T) {
 // to (and returned in) the Options.
 func throttledS3(t *testing.T, rate int, env map[string]string) Options {
 	t.Helper()
+	o, target := s3Target(t, env)
+	env["FERRY_S3_PUBLIC_ENDPOINT"] = "http://" + throttle(t, target, rate)
+	return o
+}
+
+// proxiedS3 is throttledS3 with a fault proxy in the way instead.
+func proxiedS3(t *testing.T, env map[string]string) (Options, *faultproxy.Proxy) {
+	t.Helper()
+	o, target := s3Target(t, env)
+	p := testenv.FaultProxy(t, target)
+	env["FERRY_S3_PUBLIC_ENDPOINT"] = "http://" + p.Addr()
+	return o, p
+}
+
+// s3Target returns Options with env for a ferry on the embedded S3 server
+// at a chosen address, or on the tests' external S3 when
+// FERRY_TEST_S3_ENDPOINT names one, and that server's host:port.
+func s3Target(t *testing.T, env map[string]string) (Options, string) {
+	t.Helper()
 	o := Options{Env: env}
 	target := testenvFree(t)
 	if os.Getenv("FERRY_TEST_S3_ENDPOINT") != "" {
@@ -257,8 +277,7 @@ func throttledS3(t *testing.T, rate int, env map[string]string) Options {
 	} else {
 		env["FERRY_S3_EMBEDDED_ADDR"] = target
 	}
-	env["FERRY_S3_PUBLIC_ENDPOINT"] = "http://" + throttle(t, target, rate)
-	return o
+	return o, target
 }
 
 func testenvFree(t *testing.T) string {

@@ -251,6 +251,89 @@ func TestFaultS3Hangs(t *testing.T) {
 	t.Logf("S3 hung for 45 s; the download answered 503 after %s", took.Round(100*time.Millisecond))
 }
 
+// Scenario 1c: one connection freezes in the middle of a transfer (the
+// store stops reading a part's body and never answers, as when a
+// connection dies without a reset or its server is SIGSTOPped), while new
+// connections work. The client gives the connection up after its idle
+// timeout and sends the part again on a new one: `ferry upload` for a file
+// (whose parts go out with sendfile), the library for bytes in memory,
+// and a download through ferry resumes. Without the bound each would wait
+// for ever: the frozen peer still acknowledges, with a zero window.
+func TestFaultOneConnectionFreezes(t *testing.T) {
+	t.Parallel()
+	o, p := proxiedS3(t, map[string]string{}) // the presigned URLs' way to S3; ferry's own calls go direct
+	f := Start(t, o)
+	_, tok := f.CreateUser("erin", false)
+	const idle = 2 * time.Second
+	const bound = 60 * time.Second // what a hang runs into
+
+	// The CLI, a file: the first PUT to carry 3 MiB freezes.
+	path, sum := writeRandomFile(t, t.TempDir(), "video.bin", 20<<20+3)
+	p.StallAfter(faultproxy.Upstream, 3<<20, 1)
+	cmd := cli(t, f, f.URL, tok, "upload", "--json", "--idle-timeout", idle.String(), path)
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	kill := time.AfterFunc(bound, func() { cmd.Process.Kill() })
+	err := cmd.Wait()
+	kill.Stop()
+	took := time.Since(start)
+	if err != nil {
+		t.Fatalf("ferry upload with a frozen connection: %v after %s (stalls %d)\n%s%s", err, took.Round(time.Second), p.Stats().Stalls, out.Bytes(), stderrOf(err))
+	}
+	done := last(jsonLines(t, out.Bytes()), "done")
+	if done == nil || p.Stats().Stalls != 1 {
+		t.Fatalf("upload result %v with %d frozen connections; want a file and 1", done, p.Stats().Stalls)
+	}
+	if v := f.waitVerified(tok, done["upload_id"].(string)); v.SHA256 != sum {
+		t.Fatalf("file sha256 %s, want %s", v.SHA256, sum)
+	}
+	t.Logf("ferry upload: a part's connection froze after 3 MiB; the upload finished in %s", took.Round(100*time.Millisecond))
+
+	// The library, bytes in memory (parts sent from buffers).
+	d := randomData(20<<20 + 5)
+	p.StallAfter(faultproxy.Upstream, 3<<20, 1)
+	c := client.New(f.URL, tok, client.WithIdleTimeout(idle))
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
+	defer cancel()
+	start = time.Now()
+	res, err := c.Upload(ctx, bytes.NewReader(d), int64(len(d)), client.UploadOptions{Name: "memory.bin"})
+	if err != nil || p.Stats().Stalls != 2 {
+		t.Fatalf("Upload with a frozen connection: %v after %s, %d frozen connections in all (want 2)", err, time.Since(start).Round(time.Second), p.Stats().Stalls)
+	}
+	t.Logf("Upload from memory: a part's connection froze after 3 MiB; the upload finished in %s", time.Since(start).Round(100*time.Millisecond))
+	up := f.waitVerified(tok, res.UploadID)
+	if want := sha256.Sum256(d); up.SHA256 != hex.EncodeToString(want[:]) {
+		t.Fatalf("file sha256 %s, want %x", up.SHA256, want)
+	}
+
+	// A download through ferry whose connection freezes after 4 MiB.
+	var file struct {
+		DownloadURL string `json:"download_url"`
+	}
+	f.Do("GET", "/files/"+up.FileID, tok, nil).JSON(t, &file)
+	fp := testenv.FaultProxy(t, strings.TrimPrefix(f.URL, "http://"))
+	via := "http://" + fp.Addr()
+	link := strings.Replace(file.DownloadURL, f.URL, via, 1)
+	if link == file.DownloadURL {
+		t.Fatalf("download link %s is not on %s", link, f.URL)
+	}
+	fp.StallAfter(faultproxy.Downstream, 4<<20, 1)
+	target := filepath.Join(t.TempDir(), "copy.bin")
+	start = time.Now()
+	dres, err := client.New(via, tok, client.WithIdleTimeout(idle)).Download(ctx, link, target, client.DownloadOptions{})
+	if err != nil || fp.Stats().Stalls != 1 {
+		t.Fatalf("Download with a frozen connection: %v after %s, %d frozen connections (want 1)", err, time.Since(start).Round(time.Second), fp.Stats().Stalls)
+	}
+	if got, err := os.ReadFile(target); err != nil || !bytes.Equal(got, d) {
+		t.Fatalf("the downloaded copy (%d bytes, %v) is not the file", len(got), err)
+	}
+	t.Logf("Download: its connection froze after 4 MiB; it resumed and finished in %s (%+v)", time.Since(start).Round(100*time.Millisecond), dres)
+}
+
 // Scenario 2: S3 resets connections in the middle of the verification
 // read and of a proxied download. The verification runs again and
 // succeeds; the download, resumed by the client with Range, gives the

@@ -38,6 +38,7 @@ type clientFlags struct {
 	token  string
 	json   bool
 	quiet  bool
+	idle   time.Duration
 }
 
 func (f *clientFlags) register(fs *flag.FlagSet) {
@@ -48,13 +49,19 @@ func (f *clientFlags) register(fs *flag.FlagSet) {
 	fs.Lookup("token").DefValue = "$FERRY_TOKEN"
 	fs.BoolVar(&f.json, "json", false, "print JSON lines (progress and result) for machines")
 	fs.BoolVar(&f.quiet, "quiet", false, "print only the result")
+	fs.DurationVar(&f.idle, "idle-timeout", client.DefaultIdleTimeout, "give a part PUT or a download `DURATION` to move a byte before retrying it on a new connection (0: wait for ever)")
 }
 
 func (f *clientFlags) client() (*client.Client, error) {
 	if f.server == "" {
 		return nil, usageError{errors.New("no server: pass --server or set FERRY_URL")}
 	}
-	return client.New(f.server, f.token), nil
+	return f.clientFor(f.server), nil
+}
+
+// clientFor is a client for the ferry server at base with these flags.
+func (f *clientFlags) clientFor(base string) *client.Client {
+	return client.New(base, f.token, client.WithIdleTimeout(f.idle))
 }
 
 // clientExit maps a client error to an exit code.
@@ -355,7 +362,7 @@ func cmdDownload(args []string, stdout, stderr io.Writer) (int, error) {
 	if base == "" {
 		return exitUsage, usageError{errors.New("a relative link needs --server or FERRY_URL")}
 	}
-	c := client.New(base, cf.token)
+	c := cf.clientFor(base)
 	ctx, stop := interruptible()
 	defer stop()
 	rep := newReporter(stdout, cf, *out)

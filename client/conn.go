@@ -1,0 +1,114 @@
+package client
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"time"
+)
+
+// DefaultIdleTimeout is how long a part PUT or a download may go without
+// moving a byte before the client gives its connection up and tries again
+// on a new one (WithIdleTimeout). It is botocore's socket timeout, which
+// the AWS CLI lives with: long enough for any store that is working, short
+// against what a dead connection otherwise costs (Linux retransmits into
+// a connection that died without a reset for about 15 minutes, and waits
+// for a frozen server that still acknowledges with a zero window for
+// ever).
+const DefaultIdleTimeout = 60 * time.Second
+
+// sendStep bounds how much of a body one sendfile(2) may send under one
+// deadline: the idle timeout then fails a part that moves less than
+// sendStep in it (4 KiB/s at the default), not one that takes longer than
+// the timeout in all. At 256 KiB a GiB costs 4,096 calls, which the kernel
+// would mostly make anyway as the socket buffer drains.
+const sendStep = 256 << 10
+
+// dataTransport is the transport for part PUTs and downloads: no overall
+// timeout (a large part or file on a slow link takes what it takes), but
+// every connection bounded by idle (see idleConn), which also bounds the
+// wait for an answer once a request is sent.
+func dataTransport(idle time.Duration) *http.Transport {
+	d := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
+	dial := d.DialContext
+	if idle > 0 {
+		dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := d.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return &idleConn{Conn: c, idle: idle}, nil
+		}
+	}
+	return &http.Transport{
+		Proxy:               http.ProxyFromEnvironment,
+		DialContext:         dial,
+		ForceAttemptHTTP2:   true, // as without a dial function of our own
+		MaxIdleConnsPerHost: 64,
+		// Under the default idle timeout, so that a pooled connection is
+		// closed by the pool before its read deadline fails it.
+		IdleConnTimeout:     30 * time.Second,
+		TLSHandshakeTimeout: 10 * time.Second,
+	}
+}
+
+// idleConn fails a read or write that moves nothing for idle, the way a
+// socket timeout does: a store that stops reading a part's body (frozen,
+// or a connection that died without a reset), or stops answering, costs
+// idle and a retry on a new connection instead of the upload. A write
+// also pushes the read deadline on, because over HTTP/1 the answer the
+// transport waits for cannot come while the request is still moving; the
+// wait for it starts when the request is sent. Only time spent inside a
+// call counts, so a download written slowly to disk is not a stall.
+type idleConn struct {
+	net.Conn
+	idle time.Duration
+}
+
+func (c *idleConn) Read(b []byte) (int, error) {
+	c.Conn.SetReadDeadline(time.Now().Add(c.idle))
+	return c.Conn.Read(b)
+}
+
+func (c *idleConn) Write(b []byte) (int, error) {
+	c.Conn.SetDeadline(time.Now().Add(c.idle))
+	return c.Conn.Write(b)
+}
+
+// ReadFrom keeps the connection's own ReadFrom, which is how a part of a
+// file goes out with sendfile(2) (see fileSource), and gives each
+// sendStep of it a fresh deadline.
+func (c *idleConn) ReadFrom(r io.Reader) (int64, error) {
+	rf, ok := c.Conn.(io.ReaderFrom)
+	if !ok {
+		return io.Copy(writerOnly{c}, r)
+	}
+	left := int64(-1) // unknown: up to r's end
+	if lr, ok := r.(*io.LimitedReader); ok {
+		left, r = lr.N, lr.R
+		defer func() { lr.N = left }()
+	}
+	var total int64
+	for left != 0 {
+		step := &io.LimitedReader{R: r, N: sendStep}
+		if left > 0 {
+			step.N = min(left, sendStep)
+		}
+		want := step.N
+		c.Conn.SetDeadline(time.Now().Add(c.idle))
+		n, err := rf.ReadFrom(step)
+		total += n
+		if left > 0 {
+			left -= n
+		}
+		if err != nil || n < want {
+			return total, err // failed, or r ended
+		}
+	}
+	return total, nil
+}
+
+// writerOnly hides idleConn's ReadFrom from io.Copy, which would call it
+// again.
+type writerOnly struct{ io.Writer }
