@@ -25,6 +25,7 @@ import (
 	"github.com/minio/minio-go/v7"
 
 	"github.com/ferry-io/ferry/client"
+	"github.com/ferry-io/ferry/internal/faultproxy"
 	"github.com/ferry-io/ferry/internal/testenv"
 	"github.com/ferry-io/ferry/models"
 )
@@ -275,6 +276,30 @@ func TestBrowserStalledRead(t *testing.T) {
 	}
 	verified(t, f, tok, res.UploadID, sum)
 	t.Logf("uploaded in %d ms with one read stalled", res.Ms)
+}
+
+// A part PUT whose connection to S3 freezes mid-body (held by a fault
+// proxy the presigned URLs lead through, while new connections pass): the
+// SDK gives it up after its idle timeout, sends the part again, and the
+// file verifies. Without the bound the PUT waits for ever.
+func TestBrowserFrozenPut(t *testing.T) {
+	requireBrowser(t)
+	o, p := proxiedS3(t, map[string]string{})
+	f := Start(t, o)
+	_, tok := f.CreateUser("alice", false)
+	path, sum := randomFile(t, "frozen.bin", 20*mib+5)
+	p.StallAfter(faultproxy.Upstream, 3*mib, 1)
+	var res struct {
+		UploadID string   `json:"uploadId"`
+		Retries  []string `json:"retries"`
+		Ms       int      `json:"ms"`
+	}
+	runBrowser(t, map[string]any{"scenario": "sdk-frozen-put", "url": f.URL, "token": tok, "file": path, "idle": 3000}, &res)
+	if st := p.Stats(); st.Stalls != 1 || len(res.Retries) == 0 {
+		t.Fatalf("%d connections frozen and retries %q; want 1 and the frozen part's", st.Stalls, res.Retries)
+	}
+	verified(t, f, tok, res.UploadID, sum)
+	t.Logf("uploaded in %d ms with one PUT's connection frozen after 3 MiB; retries %q", res.Ms, res.Retries)
 }
 
 // Done-when 2: the page is reloaded in the middle of an upload and the

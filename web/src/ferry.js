@@ -47,11 +47,15 @@ export class Ferry {
    * @param {string|URL} [opts.workerURL] the hashing worker's script;
    *   default ferry's (/assets/hash-worker.js next to this module), started
    *   from a Blob URL when the page is on another origin
+   * @param {number} [opts.idleTimeout] ms a part PUT may go without
+   *   sending a byte, or then wait for S3's answer, before it is given up
+   *   and sent again (default 60000; 0 waits for ever)
    */
-  constructor({ baseURL = '', token = null, ticket = null, workerURL = null } = {}) {
+  constructor({ baseURL = '', token = null, ticket = null, workerURL = null, idleTimeout = 60000 } = {}) {
     this.baseURL = baseURL.replace(/\/$/, '')
     this.token = ticket || token
     this.workerURL = workerURL || new URL('./hash-worker.js', import.meta.url)
+    this.idleTimeout = idleTimeout
     this._hasher = null
   }
 
@@ -908,16 +912,30 @@ export class Upload extends EventTarget {
     return this.urls.get(n)
   }
 
+  // put sends part n. A PUT that sends no byte for the client's
+  // idleTimeout, or then waits that long for S3's answer, is aborted and
+  // fails retryably, so it is sent again on a new connection: a connection
+  // that died without a reset, or a store that stopped reading, would
+  // otherwise hold the upload for a quarter of an hour (the kernel's
+  // retransmissions) or for ever (a frozen server that still acknowledges).
+  // Chromium reports upload progress every 50 ms while bytes move.
   put(n, u) {
     const [a, b] = this.partRange(n)
+    const idle = this.client.idleTimeout
     return new Promise((resolve, reject) => {
       const xhr = new XMLHttpRequest()
-      const entry = { xhr, loaded: 0 }
+      const entry = { xhr, loaded: 0, stalled: false }
       this.inflight.set(n, entry)
+      let timer = null
+      const moved = () => {
+        clearTimeout(timer)
+        if (idle > 0) timer = setTimeout(() => { entry.stalled = true; xhr.abort() }, idle)
+      }
       xhr.open(u.method || 'PUT', u.url)
       for (const [k, v] of Object.entries(u.headers || {})) xhr.setRequestHeader(k, v)
-      xhr.upload.onprogress = (ev) => { entry.loaded = ev.loaded; this.progress('uploading') }
-      const done = (fn) => { this.inflight.delete(n); this.progress('uploading'); fn() }
+      xhr.upload.onprogress = (ev) => { moved(); entry.loaded = ev.loaded; this.progress('uploading') }
+      xhr.upload.onload = moved // the body is sent: the answer's wait starts
+      const done = (fn) => { clearTimeout(timer); this.inflight.delete(n); this.progress('uploading'); fn() }
       xhr.onload = () => done(() => {
         if (xhr.status >= 200 && xhr.status < 300) return resolve(xhr.getResponseHeader('ETag'))
         const code = (/<Code>([^<]+)<\/Code>/.exec(xhr.responseText || '') || [])[1] || ''
@@ -927,7 +945,10 @@ export class Upload extends EventTarget {
         }))
       })
       xhr.onerror = () => done(() => reject(new FerryError(`part ${n}: network error`, { retryable: true })))
-      xhr.onabort = () => done(() => reject(new FerryError(`part ${n}: aborted`, { retryable: false })))
+      xhr.onabort = () => done(() => reject(entry.stalled
+        ? new FerryError(`part ${n}: nothing moved for ${idle / 1000} s`, { retryable: true })
+        : new FerryError(`part ${n}: aborted`, { retryable: false })))
+      moved()
       xhr.send(this.file.slice(a, b))
     })
   }
