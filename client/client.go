@@ -203,15 +203,50 @@ func Backoff(attempt int) time.Duration {
 	return min(d, 10*time.Second)
 }
 
-// withRetry runs fn until it succeeds, fails for good, or attempts run out.
-func (c *Client) withRetry(ctx context.Context, attempts int, fn func() error) error {
+// Retry describes a try that failed and will be made again after Wait.
+type Retry struct {
+	// Op is what failed: "part 3" (its PUT to S3), "download", or a call
+	// to ferry's API such as "POST /uploads/{id}/complete".
+	Op       string
+	Attempt  int // the try that failed, from 1
+	Attempts int // the tries allowed
+	Wait     time.Duration
+	Err      error
+}
+
+// RetryFunc hears of each try that failed and will be made again, before
+// the pause ahead of it. Parts go in parallel, so calls may come from
+// several goroutines at once; keep it quick. Without one, retries are
+// silent and only a final failure is reported.
+type RetryFunc func(Retry)
+
+// tries is how often an operation tries each step, and whom it tells when
+// one is made again.
+type tries struct {
+	attempts int
+	notify   RetryFunc
+}
+
+// failed reports try attempt of op, which failed with err, when another
+// will follow, and returns the pause before it.
+func (t tries) failed(op string, attempt int, err error) time.Duration {
+	wait := Backoff(attempt)
+	if t.notify != nil && attempt < t.attempts {
+		t.notify(Retry{Op: op, Attempt: attempt, Attempts: t.attempts, Wait: wait, Err: err})
+	}
+	return wait
+}
+
+// withRetry runs fn until it succeeds, fails for good, or t's attempts
+// run out; op names fn in retry notices.
+func (c *Client) withRetry(ctx context.Context, t tries, op string, fn func() error) error {
 	var err error
-	for a := 1; a <= attempts; a++ {
+	for a := 1; a <= t.attempts; a++ {
 		if err = fn(); !retryable(err) {
 			return err
 		}
-		if a < attempts {
-			if serr := c.sleep(ctx, Backoff(a)); serr != nil {
+		if a < t.attempts {
+			if serr := c.sleep(ctx, t.failed(op, a, err)); serr != nil {
 				return serr
 			}
 		}

@@ -2,9 +2,13 @@ package client
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
+	neturl "net/url"
+	"os"
 	"time"
 )
 
@@ -68,13 +72,37 @@ type idleConn struct {
 
 func (c *idleConn) Read(b []byte) (int, error) {
 	c.Conn.SetReadDeadline(time.Now().Add(c.idle))
-	return c.Conn.Read(b)
+	n, err := c.Conn.Read(b)
+	return n, c.stalled(err)
 }
 
 func (c *idleConn) Write(b []byte) (int, error) {
 	c.Conn.SetDeadline(time.Now().Add(c.idle))
-	return c.Conn.Write(b)
+	n, err := c.Conn.Write(b)
+	return n, c.stalled(err)
 }
+
+// stalled names a deadline that ran out for what it means here, so that a
+// retry notice or a final error says why the connection was given up
+// instead of a bare "i/o timeout".
+func (c *idleConn) stalled(err error) error {
+	if err == nil || !errors.Is(err, os.ErrDeadlineExceeded) {
+		return err
+	}
+	return &stallError{idle: c.idle, err: err}
+}
+
+// stallError is a read or write that moved nothing for the idle timeout.
+// It stays a timeout (a net.Error) and unwraps to the deadline's error.
+type stallError struct {
+	idle time.Duration
+	err  error
+}
+
+func (e *stallError) Error() string   { return fmt.Sprintf("nothing moved for %s (%v)", e.idle, e.err) }
+func (e *stallError) Unwrap() error   { return e.err }
+func (e *stallError) Timeout() bool   { return true }
+func (e *stallError) Temporary() bool { return true }
 
 // ReadFrom keeps the connection's own ReadFrom, which is how a part of a
 // file goes out with sendfile(2) (see fileSource), and gives each
@@ -103,7 +131,7 @@ func (c *idleConn) ReadFrom(r io.Reader) (int64, error) {
 			left -= n
 		}
 		if err != nil || n < want {
-			return total, err // failed, or r ended
+			return total, c.stalled(err) // failed, or r ended
 		}
 	}
 	return total, nil
@@ -112,3 +140,22 @@ func (c *idleConn) ReadFrom(r io.Reader) (int64, error) {
 // writerOnly hides idleConn's ReadFrom from io.Copy, which would call it
 // again.
 type writerOnly struct{ io.Writer }
+
+// redact cuts the query off the URL that a failed request's error names.
+// A presigned part URL carries its signature there, and so does a ferry
+// download link: either lets whoever reads it write that part or fetch
+// that file until it expires. Errors end up in terminals, logs and CI
+// output, so they name the host and path and leave the credential out.
+func redact(err error) error {
+	var ue *neturl.Error
+	if !errors.As(err, &ue) {
+		return err
+	}
+	if u, perr := neturl.Parse(ue.URL); perr == nil && (u.RawQuery != "" || u.User != nil || u.Fragment != "") {
+		u.RawQuery, u.Fragment, u.User = "", "", nil
+		ue.URL = u.String() + "?…"
+	} else if perr != nil {
+		ue.URL = "(a URL that does not parse)"
+	}
+	return err
+}

@@ -37,6 +37,12 @@
 // follows the upload with a long poll until ferry has merged it. A store
 // without checksums gets Content-MD5 per part instead.
 //
+// Retries are silent unless the options' OnRetry is set: it hears of each
+// failed try that will be made again (a part, a download, an API call),
+// which is how `ferry upload` says why its bar stands still. No error the
+// client returns or reports names a URL with its query, where a presigned
+// part URL and a download link carry their signatures.
+//
 // # Downloads
 //
 // Download resumes a partial file with Range and If-Range on the strong

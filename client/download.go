@@ -17,6 +17,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/ferry-io/ferry/internal/random"
 )
@@ -27,6 +28,9 @@ type DownloadOptions struct {
 	Attempts int
 	// Progress receives the "download" phase.
 	Progress ProgressFunc
+	// OnRetry hears of each cut or failed request that Download will make
+	// again (Op "download").
+	OnRetry RetryFunc
 	// Refresh, when set, returns a fresh link to the same resource. A
 	// link lives minutes (FERRY_DOWNLOAD_LINK_TTL); when ferry answers
 	// link_expired, Download asks Refresh for a new one and resumes with
@@ -37,6 +41,8 @@ type DownloadOptions struct {
 	// with the strong ETag even when the server offers a CRC32C of them.
 	SHA256 bool
 }
+
+func (o DownloadOptions) tries() tries { return tries{o.Attempts, o.OnRetry} }
 
 // CodeLinkExpired is the problem code ferry answers for a download link
 // that ran out.
@@ -145,9 +151,10 @@ func (c *Client) Download(ctx context.Context, url, path string, opts DownloadOp
 	st := &dlState{}
 	var lastErr error
 	refreshes := 0
+	var wait time.Duration
 	for attempt := 1; attempt <= opts.Attempts; attempt++ {
 		if attempt > 1 {
-			if err := c.sleep(ctx, Backoff(attempt-1)); err != nil {
+			if err := c.sleep(ctx, wait); err != nil {
 				return nil, err
 			}
 		}
@@ -187,6 +194,7 @@ func (c *Client) Download(ctx context.Context, url, path string, opts DownloadOp
 		if attempt == opts.Attempts {
 			return nil, fmt.Errorf("ferry: download failed after %d attempts: %w", opts.Attempts, lastErr)
 		}
+		wait = opts.tries().failed("download", attempt, err)
 	}
 	st.m.finish()
 
@@ -300,7 +308,7 @@ func (c *Client) downloadOnce(ctx context.Context, url, partPath, metaPath strin
 	}
 	resp, err := c.data.Do(req)
 	if err != nil {
-		return false, err
+		return false, redact(err)
 	}
 	defer resp.Body.Close()
 	if res.ResumedFrom < 0 {

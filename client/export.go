@@ -17,8 +17,15 @@ type ExportOptions struct {
 	NewIntent bool
 	// Progress receives the "export" and "download" phases.
 	Progress ProgressFunc
+	// Attempts bounds the tries of each API call and the download's
+	// reconnections (default 8).
 	Attempts int
+	// OnRetry hears of each API call that failed and of each cut
+	// download, when they will be tried again.
+	OnRetry RetryFunc
 }
+
+func (o ExportOptions) tries() tries { return tries{o.Attempts, o.OnRetry} }
 
 // ExportResult describes a finished export.
 type ExportResult struct {
@@ -108,7 +115,7 @@ func (c *Client) Export(ctx context.Context, scope, out string, opts ExportOptio
 		}
 	}
 	var job exportJSON
-	err := c.withRetry(ctx, opts.Attempts, func() error {
+	err := c.withRetry(ctx, opts.tries(), "POST /exports", func() error {
 		_, err := c.call(ctx, http.MethodPost, "/exports", map[string]string{"scope": scope}, &job, "Idempotency-Key", in.Key)
 		return err
 	})
@@ -136,7 +143,7 @@ func (c *Client) Export(ctx context.Context, scope, out string, opts ExportOptio
 			}
 			delay = min(delay*2, 2*time.Second)
 		}
-		err := c.withRetry(ctx, opts.Attempts, func() error {
+		err := c.withRetry(ctx, opts.tries(), "GET /exports/{id}", func() error {
 			_, err := c.call(ctx, http.MethodGet, "/exports/"+job.JobID, nil, &job)
 			return err
 		})
@@ -155,7 +162,7 @@ func (c *Client) Export(ctx context.Context, scope, out string, opts ExportOptio
 	// out a fresh one for as long as it is done.
 	refresh := func(ctx context.Context) (string, error) {
 		var now exportJSON
-		err := c.withRetry(ctx, opts.Attempts, func() error {
+		err := c.withRetry(ctx, opts.tries(), "GET /exports/{id}", func() error {
 			_, err := c.call(ctx, http.MethodGet, "/exports/"+job.JobID, nil, &now)
 			return err
 		})
@@ -170,7 +177,7 @@ func (c *Client) Export(ctx context.Context, scope, out string, opts ExportOptio
 		}
 		return now.DownloadURL, nil
 	}
-	dl, err := c.Download(ctx, job.DownloadURL, out, DownloadOptions{Progress: opts.Progress, Attempts: opts.Attempts, Refresh: refresh})
+	dl, err := c.Download(ctx, job.DownloadURL, out, DownloadOptions{Progress: opts.Progress, Attempts: opts.Attempts, OnRetry: opts.OnRetry, Refresh: refresh})
 	if err != nil {
 		return res, err
 	}

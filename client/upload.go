@@ -43,6 +43,9 @@ type UploadOptions struct {
 	// Progress receives the "upload" phase (bytes S3 holds) and the
 	// "verify" phase (waiting for ferry to merge the parts).
 	Progress ProgressFunc
+	// OnRetry hears of each part PUT and API call that failed and will be
+	// tried again.
+	OnRetry RetryFunc
 	// SHA256 is the content's hex SHA-256 when the caller already knows
 	// it: ferry is then asked first whether it holds the content (instant
 	// upload, or a proof of possession), and the file is not hashed.
@@ -64,6 +67,8 @@ type UploadOptions struct {
 	// values of at most 1 KiB); the file shows it as client_metadata.
 	Metadata map[string]string
 }
+
+func (o UploadOptions) tries() tries { return tries{o.Attempts, o.OnRetry} }
 
 // UploadResult describes a finished upload.
 type UploadResult struct {
@@ -159,7 +164,7 @@ func (c *Client) Upload(ctx context.Context, r io.ReaderAt, size int64, opts Upl
 		in := initRequest{FileName: opts.Name, Size: size, ContentType: opts.ContentType, SHA256: opts.SHA256,
 			PartSize: partSize, Checksum: "CRC32C", Metadata: opts.Metadata,
 			FirstPartCRC32C: crc32cB64(firstPart), HeadCRC32C: crc32cB64(head)}
-		return c.withRetry(ctx, opts.Attempts, func() (err error) {
+		return c.withRetry(ctx, opts.tries(), "POST /uploads", func() (err error) {
 			status, err = c.call(ctx, http.MethodPost, "/uploads", in, &up)
 			return err
 		})
@@ -226,7 +231,7 @@ func (c *Client) Upload(ctx context.Context, r io.ReaderAt, size int64, opts Upl
 		}
 		// The store lost the parts before ferry could merge them, and
 		// ferry put the upload back to uploading: send it all again.
-		if err := c.withRetry(ctx, opts.Attempts, func() error {
+		if err := c.withRetry(ctx, opts.tries(), "GET /uploads/{id}", func() error {
 			_, err := c.call(ctx, http.MethodGet, "/uploads/"+up.UploadID, nil, &up)
 			return err
 		}); err != nil {
@@ -479,7 +484,7 @@ func (c *Client) hashAndDeclare(ctx context.Context, r io.ReaderAt, up *uploadJS
 	}
 	res.SHA256 = hex.EncodeToString(h.Sum(nil))
 	var out uploadJSON
-	err = c.withRetry(ctx, opts.Attempts, func() error {
+	err = c.withRetry(ctx, opts.tries(), "POST /uploads/{id}/sha256", func() error {
 		_, err := c.call(ctx, http.MethodPost, "/uploads/"+up.UploadID+"/sha256", map[string]string{"sha256": res.SHA256}, &out)
 		return err
 	})
@@ -674,7 +679,7 @@ func (u *uploader) presign(ctx context.Context, nums []int) (map[int]presignedUR
 	var out struct {
 		URLs map[string]presignedURL `json:"urls"`
 	}
-	err := u.c.withRetry(ctx, u.opts.Attempts, func() error {
+	err := u.c.withRetry(ctx, u.opts.tries(), "POST /uploads/{id}/presign", func() error {
 		_, err := u.c.call(ctx, http.MethodPost, "/uploads/"+u.up.UploadID+"/presign", req, &out)
 		return err
 	})
@@ -698,10 +703,11 @@ func (u *uploader) presign(ctx context.Context, nums []int) (map[int]presignedUR
 // another try, unless the file itself no longer has the checksum.
 func (u *uploader) put(ctx context.Context, p *part, m *meter) error {
 	var lastErr error
+	var wait time.Duration
 	off, length := u.partRange(p.n)
 	for attempt := 1; attempt <= u.opts.Attempts; attempt++ {
 		if attempt > 1 {
-			if err := u.c.sleep(ctx, Backoff(attempt-1)); err != nil {
+			if err := u.c.sleep(ctx, wait); err != nil {
 				return err
 			}
 		}
@@ -735,6 +741,7 @@ func (u *uploader) put(ctx context.Context, p *part, m *meter) error {
 			se.status != http.StatusRequestTimeout && se.status != http.StatusTooManyRequests {
 			return err // not going to change on retry
 		}
+		wait = u.opts.tries().failed(fmt.Sprintf("part %d", p.n), attempt, err)
 	}
 	return fmt.Errorf("ferry: part %d failed after %d attempts: %w", p.n, u.opts.Attempts, lastErr)
 }
@@ -837,7 +844,7 @@ func (u *uploader) putOnce(ctx context.Context, p *part, off, length int64) (str
 	}
 	req, err := http.NewRequestWithContext(ctx, method, p.url.URL, body)
 	if err != nil {
-		return "", err
+		return "", redact(err)
 	}
 	req.ContentLength = length
 	for k, v := range p.url.Headers {
@@ -845,7 +852,7 @@ func (u *uploader) putOnce(ctx context.Context, p *part, off, length int64) (str
 	}
 	resp, err := u.c.data.Do(req)
 	if err != nil {
-		return "", err
+		return "", redact(err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode/100 != 2 {
@@ -883,7 +890,7 @@ func (u *uploader) complete(ctx context.Context) error {
 			req["checksum_crc32c"] = crc32cB64(u.fullCRC)
 		}
 		u.mu.Unlock()
-		err := u.c.withRetry(ctx, u.opts.Attempts, func() error {
+		err := u.c.withRetry(ctx, u.opts.tries(), "POST /uploads/{id}/complete", func() error {
 			_, err := u.c.call(ctx, http.MethodPost, "/uploads/"+u.up.UploadID+"/complete", req, nil)
 			return err
 		})
@@ -942,7 +949,7 @@ func (u *uploader) wait(ctx context.Context) error {
 	m := newMeter(u.opts.Progress, "verify", u.up.Size, 0)
 	for {
 		var st uploadJSON
-		err := u.c.withRetry(ctx, u.opts.Attempts, func() error {
+		err := u.c.withRetry(ctx, u.opts.tries(), "GET /uploads/{id}?wait=30s", func() error {
 			_, err := u.c.call(ctx, http.MethodGet, "/uploads/"+u.up.UploadID+"?wait=30s", nil, &st)
 			return err
 		})

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -15,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -284,13 +286,22 @@ func TestFaultOneConnectionFreezes(t *testing.T) {
 	if err != nil {
 		t.Fatalf("ferry upload with a frozen connection: %v after %s (stalls %d)\n%s%s", err, took.Round(time.Second), p.Stats().Stalls, out.Bytes(), stderrOf(err))
 	}
-	done := last(jsonLines(t, out.Bytes()), "done")
+	recs := jsonLines(t, out.Bytes())
+	done := last(recs, "done")
 	if done == nil || p.Stats().Stalls != 1 {
 		t.Fatalf("upload result %v with %d frozen connections; want a file and 1", done, p.Stats().Stalls)
 	}
 	if v := f.waitVerified(tok, done["upload_id"].(string)); v.SHA256 != sum {
 		t.Fatalf("file sha256 %s, want %s", v.SHA256, sum)
 	}
+	// The operator is told which part was given up and why, and the
+	// part's presigned URL is not printed with its signature.
+	retry := last(recs, "retry")
+	if msg, _ := retry["error"].(string); retry == nil || !strings.HasPrefix(retry["op"].(string), "part ") ||
+		retry["attempt"] != 1.0 || retry["wait_seconds"] != 1.0 || !strings.Contains(msg, "nothing moved for 2s") {
+		t.Fatalf("ferry upload --json reported the frozen part as %v; want a retry event of its part, try 1, 1 s, nothing moved for 2s\n%s", retry, out.Bytes())
+	}
+	noSignatures(t, "ferry upload --json", out.String())
 	t.Logf("ferry upload: a part's connection froze after 3 MiB; the upload finished in %s", took.Round(100*time.Millisecond))
 
 	// The library, bytes in memory (parts sent from buffers).
@@ -299,10 +310,14 @@ func TestFaultOneConnectionFreezes(t *testing.T) {
 	c := client.New(f.URL, tok, client.WithIdleTimeout(idle))
 	ctx, cancel := context.WithTimeout(context.Background(), bound)
 	defer cancel()
+	var retries retryLog
 	start = time.Now()
-	res, err := c.Upload(ctx, bytes.NewReader(d), int64(len(d)), client.UploadOptions{Name: "memory.bin"})
+	res, err := c.Upload(ctx, bytes.NewReader(d), int64(len(d)), client.UploadOptions{Name: "memory.bin", OnRetry: retries.add})
 	if err != nil || p.Stats().Stalls != 2 {
 		t.Fatalf("Upload with a frozen connection: %v after %s, %d frozen connections in all (want 2)", err, time.Since(start).Round(time.Second), p.Stats().Stalls)
+	}
+	if r := retries.only(t); !strings.HasPrefix(r.Op, "part ") || !errors.Is(r.Err, os.ErrDeadlineExceeded) || !strings.Contains(r.Err.Error(), "nothing moved for 2s") {
+		t.Fatalf("Upload's retry notice %+v; want its part, given up because nothing moved for 2s", r)
 	}
 	t.Logf("Upload from memory: a part's connection froze after 3 MiB; the upload finished in %s", time.Since(start).Round(100*time.Millisecond))
 	up := f.waitVerified(tok, res.UploadID)
@@ -332,6 +347,109 @@ func TestFaultOneConnectionFreezes(t *testing.T) {
 		t.Fatalf("the downloaded copy (%d bytes, %v) is not the file", len(got), err)
 	}
 	t.Logf("Download: its connection froze after 4 MiB; it resumed and finished in %s (%+v)", time.Since(start).Round(100*time.Millisecond), dres)
+
+	// The same with the CLI, which says so in its plain output.
+	fp.StallAfter(faultproxy.Downstream, 4<<20, 1)
+	out.Reset()
+	cmd = cli(t, f, via, tok, "download", "--idle-timeout", idle.String(), link, "-o", filepath.Join(t.TempDir(), "cli.bin"))
+	cmd.Stdout = &out
+	kill = time.AfterFunc(bound, func() { cmd.Process.Kill() })
+	err = cmd.Run()
+	kill.Stop()
+	if err != nil || fp.Stats().Stalls != 2 {
+		t.Fatalf("ferry download with a frozen connection: %v, %d frozen connections in all (want 2)\n%s%s", err, fp.Stats().Stalls, out.Bytes(), stderrOf(err))
+	}
+	if !regexp.MustCompile(`cli\.bin: download failed \(try 1 of 8\), trying again in 1s: .*nothing moved for 2s`).Match(out.Bytes()) {
+		t.Fatalf("ferry download printed no retry line for its frozen connection:\n%s", out.Bytes())
+	}
+	noSignatures(t, "ferry download", out.String())
+}
+
+// A part PUT or a download that fails for good names the request that
+// failed, without the signature that lets anyone who reads the error
+// write that part or fetch that file until the link expires; so do the
+// retry notices before it.
+func TestFailedTransfersPrintNoSignatures(t *testing.T) {
+	t.Parallel()
+	o, p := proxiedS3(t, map[string]string{}) // the presigned URLs' way to S3
+	f := Start(t, o)
+	_, tok := f.CreateUser("frank", false)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	d := randomData(1<<20 + 7)
+	up, err := f.Client(tok).Upload(ctx, bytes.NewReader(d), int64(len(d)), client.UploadOptions{Name: "kept.bin"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.ResetAfter(faultproxy.Upstream, 0, 0) // every part PUT, from its first byte
+	var retries retryLog
+	_, err = f.Client(tok).Upload(ctx, bytes.NewReader(randomData(1<<20+9)), 1<<20+9,
+		client.UploadOptions{Name: "lost.bin", Attempts: 2, OnRetry: retries.add})
+	if err == nil || p.Stats().Resets == 0 {
+		t.Fatalf("an upload whose part PUTs are all reset: %v, %d resets", err, p.Stats().Resets)
+	}
+	if !strings.Contains(err.Error(), "part 1 failed after 2 attempts") || !strings.Contains(err.Error(), `?…"`) {
+		t.Fatalf("the upload failed with %q; want part 1 and its URL without the query", err)
+	}
+	r := retries.only(t)
+	noSignatures(t, "the upload's error and retry notice", err.Error()+"\n"+r.Err.Error())
+	upErr := err
+
+	var file struct {
+		DownloadURL string `json:"download_url"`
+	}
+	f.waitVerified(tok, up.UploadID)
+	f.Do("GET", "/files/"+up.FileID, tok, nil).JSON(t, &file)
+	fp := testenv.FaultProxy(t, strings.TrimPrefix(f.URL, "http://"))
+	link := strings.Replace(file.DownloadURL, f.URL, "http://"+fp.Addr(), 1)
+	fp.ResetAfter(faultproxy.Upstream, 0, 0)
+	retries = retryLog{}
+	_, err = f.Client(tok).Download(ctx, link, filepath.Join(t.TempDir(), "copy.bin"), client.DownloadOptions{Attempts: 2, OnRetry: retries.add})
+	if err == nil || !strings.Contains(err.Error(), "/download/"+up.FileID+`?…"`) {
+		t.Fatalf("a download whose connections are all reset failed with %v; want its link without the query", err)
+	}
+	if r := retries.only(t); r.Op != "download" {
+		t.Fatalf("the download's retry notice %+v", r)
+	}
+	noSignatures(t, "the download's error", err.Error())
+	t.Logf("the upload failed with %q; the download with %q", upErr, err)
+}
+
+// noSignatures fails t if text holds a presigned S3 URL's credential or a
+// ferry link's signature.
+func noSignatures(t *testing.T, what, text string) {
+	t.Helper()
+	for _, s := range []string{"X-Amz-Signature", "X-Amz-Credential", "sig="} {
+		if strings.Contains(text, s) {
+			t.Fatalf("%s prints %s:\n%s", what, s, text)
+		}
+	}
+}
+
+// retryLog collects a client's retry notices, which come from several
+// goroutines.
+type retryLog struct {
+	mu  sync.Mutex
+	got []client.Retry
+}
+
+func (l *retryLog) add(r client.Retry) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.got = append(l.got, r)
+}
+
+// only returns the one notice l holds, failing t if it holds another
+// number.
+func (l *retryLog) only(t *testing.T) client.Retry {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.got) != 1 {
+		t.Fatalf("%d retry notices, want 1: %+v", len(l.got), l.got)
+	}
+	return l.got[0]
 }
 
 // Scenario 2: S3 resets connections in the middle of the verification

@@ -197,6 +197,29 @@ func (r *reporter) progress(p client.Progress) {
 	}
 }
 
+// retry tells of a try that failed and will be made again. The bar or the
+// lines stand still meanwhile, and whoever watches them should see why.
+// --quiet keeps it to itself: only a final failure is worth its output.
+func (r *reporter) retry(e client.Retry) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch r.mode {
+	case "json":
+		json.NewEncoder(r.out).Encode(map[string]any{
+			"event": "retry", "file": r.label, "op": e.Op, "attempt": e.Attempt, "attempts": e.Attempts,
+			"wait_seconds": e.Wait.Seconds(), "error": e.Err.Error(),
+		})
+	case "lines", "bar":
+		if r.bar != nil {
+			r.bar.Clear()
+		}
+		fmt.Fprintf(r.out, "%s: %s failed (try %d of %d), trying again in %s: %v\n", r.label, e.Op, e.Attempt, e.Attempts, e.Wait, e.Err)
+		if r.bar != nil {
+			r.bar.RenderBlank()
+		}
+	}
+}
+
 func (r *reporter) done(result map[string]any, text string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -293,7 +316,7 @@ func cmdUpload(args []string, stdout, stderr io.Writer) (int, error) {
 	for _, path := range files {
 		rep := newReporter(stdout, cf, path)
 		res, err := c.UploadFile(ctx, path, client.UploadOptions{Concurrency: *concurrency, ContentType: *contentType,
-			Progress: rep.progress, Ticket: *ticket, Metadata: meta, SkipHash: *noInstant})
+			Progress: rep.progress, OnRetry: rep.retry, Ticket: *ticket, Metadata: meta, SkipHash: *noInstant})
 		if err != nil {
 			rep.fail(err)
 			if firstErr == nil {
@@ -366,7 +389,7 @@ func cmdDownload(args []string, stdout, stderr io.Writer) (int, error) {
 	ctx, stop := interruptible()
 	defer stop()
 	rep := newReporter(stdout, cf, *out)
-	res, err := c.Download(ctx, pos[0], *out, client.DownloadOptions{Progress: rep.progress, SHA256: *withSHA})
+	res, err := c.Download(ctx, pos[0], *out, client.DownloadOptions{Progress: rep.progress, OnRetry: rep.retry, SHA256: *withSHA})
 	if client.IsCode(err, client.CodeLinkExpired) {
 		// A bare link cannot be renewed from here; the partial file stays.
 		err = fmt.Errorf("%w; get a fresh link (download_url of GET /exports/{id} or GET /files/{id}) and run the same command with it to resume", err)
@@ -405,7 +428,7 @@ func cmdExport(args []string, stdout, stderr io.Writer) (int, error) {
 	ctx, stop := interruptible()
 	defer stop()
 	rep := newReporter(stdout, cf, *out)
-	res, err := c.Export(ctx, *scope, *out, client.ExportOptions{NewIntent: *fresh, Progress: rep.progress})
+	res, err := c.Export(ctx, *scope, *out, client.ExportOptions{NewIntent: *fresh, Progress: rep.progress, OnRetry: rep.retry})
 	var ended *client.ExportError
 	if errors.As(err, &ended) {
 		// The saved key names this export for good: rerunning the same
