@@ -227,7 +227,8 @@ func (p *Proxy) ResetAll() int {
 // times bounds how many streams are held, like ResetAfter's: the first
 // times streams to carry n bytes stay held and later ones pass, as when
 // one connection to a server dies without a reset and new ones work;
-// times <= 0 holds every one.
+// times <= 0 holds every one. Streams an earlier call holds stay held
+// and do not count against times.
 func (p *Proxy) StallAfter(dir Direction, n int64, times int) {
 	if times <= 0 {
 		times = -1
@@ -515,7 +516,11 @@ func (s *stream) observe() rule {
 		s.resetGen, s.resetBase, s.resetArmed = r.resetGen, s.sent, r.resetAfter >= 0
 	}
 	if s.stallGen != r.stallGen {
-		s.stallGen, s.stallBase, s.stallHeld, s.stallFree = r.stallGen, s.sent, false, false
+		// A stream held by an earlier StallAfter stays held under a new
+		// one, without taking one of its holds: only Resume and Heal,
+		// which stall nothing, let it go.
+		held := s.stallHeld && r.stallAfter >= 0
+		s.stallGen, s.stallBase, s.stallHeld, s.stallFree = r.stallGen, s.sent, held, false
 	}
 	return r
 }

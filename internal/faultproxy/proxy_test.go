@@ -142,6 +142,15 @@ func readFor(c net.Conn, d time.Duration) (int64, error) {
 
 func isTimeout(err error) bool { return errors.Is(err, os.ErrDeadlineExceeded) }
 
+// heldAt fails t unless c reads exactly n bytes and then nothing for half
+// a second: a stream the proxy holds.
+func heldAt(t *testing.T, what string, c net.Conn, n int64) {
+	t.Helper()
+	if got, err := readFor(c, 500*time.Millisecond); got != n || !isTimeout(err) {
+		t.Fatalf("%s: read %d bytes then %v; want exactly %d then silence", what, got, err, n)
+	}
+}
+
 func TestForwardsBothWays(t *testing.T) {
 	u := startUpstream(t)
 	p := testenv.FaultProxy(t, u.addr)
@@ -321,10 +330,7 @@ func TestStallMidStreamHoldsThenDelivers(t *testing.T) {
 	p := testenv.FaultProxy(t, u.addr)
 	p.StallAfter(faultproxy.Downstream, 50_000, 0)
 	c := dial(t, p, 1<<20)
-	n, err := readFor(c, 500*time.Millisecond)
-	if n != 50_000 || !isTimeout(err) {
-		t.Fatalf("read %d bytes then %v; want exactly 50000 then silence", n, err)
-	}
+	heldAt(t, "the connection", c, 50_000)
 	// Silence, not a closed connection: Heal lets the rest through.
 	if err := p.Heal(); err != nil {
 		t.Fatal(err)
@@ -343,9 +349,7 @@ func TestStallHoldsOnlyTheFirstStreams(t *testing.T) {
 	p := testenv.FaultProxy(t, u.addr)
 	p.StallAfter(faultproxy.Downstream, 50_000, 1)
 	held := dial(t, p, 1<<20)
-	if n, err := readFor(held, 500*time.Millisecond); n != 50_000 || !isTimeout(err) {
-		t.Fatalf("first connection: read %d bytes then %v; want exactly 50000 then silence", n, err)
-	}
+	heldAt(t, "first connection", held, 50_000)
 	free := dial(t, p, 1<<20)
 	free.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if n, err := io.CopyN(io.Discard, free, 1<<20); err != nil {
@@ -361,6 +365,35 @@ func TestStallHoldsOnlyTheFirstStreams(t *testing.T) {
 	held.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if rest, err := io.CopyN(io.Discard, held, 1<<20-50_000); err != nil {
 		t.Fatalf("after Resume the held connection got %d more bytes: %v", rest, err)
+	}
+}
+
+// A second StallAfter leaves the stream the first one holds held, and its
+// hold goes to the next stream to carry the bytes. Before, the new
+// setting counted the held stream's bytes afresh and let them through,
+// so a held connection whose client had gone could take the new hold
+// and leave the connection under test alone.
+func TestStallAgainKeepsTheHeldStream(t *testing.T) {
+	u := startUpstream(t)
+	p := testenv.FaultProxy(t, u.addr)
+	p.StallAfter(faultproxy.Downstream, 50_000, 1)
+	first := dial(t, p, 1<<20)
+	heldAt(t, "first connection", first, 50_000)
+	p.StallAfter(faultproxy.Downstream, 50_000, 1)
+	if n, err := readFor(first, 300*time.Millisecond); n != 0 || !isTimeout(err) {
+		t.Fatalf("after a second StallAfter the held connection read %d more bytes (%v)", n, err)
+	}
+	second := dial(t, p, 1<<20)
+	heldAt(t, "second connection", second, 50_000)
+	if st := p.Stats(); st.Stalls != 2 {
+		t.Fatalf("stalls = %d, want 2", st.Stalls)
+	}
+	p.Resume()
+	for i, c := range []net.Conn{first, second} {
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if rest, err := io.CopyN(io.Discard, c, 1<<20-50_000); err != nil {
+			t.Fatalf("after Resume connection %d got %d more bytes: %v", i+1, rest, err)
+		}
 	}
 }
 
