@@ -9,6 +9,7 @@ import (
 	"net/http"
 	neturl "net/url"
 	"os"
+	"sync/atomic"
 	"time"
 )
 
@@ -67,7 +68,8 @@ func dataTransport(idle time.Duration) *http.Transport {
 // call counts, so a download written slowly to disk is not a stall.
 type idleConn struct {
 	net.Conn
-	idle time.Duration
+	idle  time.Duration
+	stall atomic.Pointer[stallError] // the first deadline that ran out
 }
 
 func (c *idleConn) Read(b []byte) (int, error) {
@@ -84,12 +86,22 @@ func (c *idleConn) Write(b []byte) (int, error) {
 
 // stalled names a deadline that ran out for what it means here, so that a
 // retry notice or a final error says why the connection was given up
-// instead of a bare "i/o timeout".
+// instead of a bare "i/o timeout". Every later failure on the connection
+// gets the same name: a read and a write share the deadline, and when the
+// transport's reader (which waits for an answer while the body goes out)
+// wakes first, it closes the connection, and the write it cut short
+// fails with "use of closed network connection" instead.
 func (c *idleConn) stalled(err error) error {
-	if err == nil || !errors.Is(err, os.ErrDeadlineExceeded) {
-		return err
+	if err == nil {
+		return nil
 	}
-	return &stallError{idle: c.idle, err: err}
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		c.stall.CompareAndSwap(nil, &stallError{idle: c.idle, err: err})
+	}
+	if s := c.stall.Load(); s != nil {
+		return s
+	}
+	return err
 }
 
 // stallError is a read or write that moved nothing for the idle timeout.

@@ -302,7 +302,7 @@ func TestFaultOneConnectionFreezes(t *testing.T) {
 		t.Fatalf("ferry upload --json reported the frozen part as %v; want a retry event of its part, try 1, 1 s, nothing moved for 2s\n%s", retry, out.Bytes())
 	}
 	noSignatures(t, "ferry upload --json", out.String())
-	t.Logf("ferry upload: a part's connection froze after 3 MiB; the upload finished in %s", took.Round(100*time.Millisecond))
+	t.Logf("ferry upload: a part's connection froze after 3 MiB; the upload finished in %s, retrying %s after %q", took.Round(100*time.Millisecond), retry["op"], retry["error"])
 
 	// The library, bytes in memory (parts sent from buffers).
 	d := randomData(20<<20 + 5)
