@@ -257,8 +257,11 @@ func (c *Client) withRetry(ctx context.Context, t tries, op string, fn func() er
 // Progress is a snapshot of a long operation.
 type Progress struct {
 	Phase string // "hash", "upload", "verify", "download", "export"
-	Done  int64  // bytes done in this phase
-	Total int64  // bytes in this phase; 0 when unknown
+	// Done is the bytes done in this phase. In "upload" it counts the
+	// parts S3 holds and what has gone out of the parts on their way, so
+	// it can step back when a part fails and is sent again.
+	Done  int64
+	Total int64 // bytes in this phase; 0 when unknown
 	Rate  float64
 	ETA   time.Duration // 0 when unknown
 	// UploadID names the upload in the "hash", "upload" and "verify"
@@ -273,11 +276,15 @@ type ProgressFunc func(Progress)
 // meter turns byte counts into throttled Progress callbacks with a rate
 // averaged over a sliding window.
 type meter struct {
-	mu     sync.Mutex
-	fn     ProgressFunc
-	phase  string
-	total  int64
-	done   int64
+	mu    sync.Mutex
+	fn    ProgressFunc
+	phase string
+	total int64
+	done  int64
+	// moving is what has gone out of the bodies still being sent (the
+	// "upload" phase's parts in flight): shown as done, so that a bar
+	// moves while a part is on its way, and taken back if the part fails.
+	moving int64
 	start  time.Time
 	last   time.Time
 	window []sample
@@ -295,13 +302,34 @@ func newMeter(fn ProgressFunc, phase string, total, done int64) *meter {
 	return m
 }
 
-func (m *meter) add(n int64) {
+// add counts n more bytes done.
+func (m *meter) add(n int64) { m.sent(0, n) }
+
+// sending counts n more bytes of a body on its way.
+func (m *meter) sending(n int64) {
 	if m == nil || m.fn == nil {
 		return
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.done += n
+	m.moving += n
+	if now := time.Now(); now.Sub(m.last) >= 100*time.Millisecond {
+		m.emit(now)
+	}
+}
+
+// sent ends a body's counting, in one step so that no report sees it
+// half done: the moved bytes it counted no longer show, and held bytes
+// (the part's length when S3 took it, none when the PUT failed) count as
+// done.
+func (m *meter) sent(moved, held int64) {
+	if m == nil || m.fn == nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.moving -= moved
+	m.done += held
 	now := time.Now()
 	if now.Sub(m.last) >= 100*time.Millisecond || m.done == m.total {
 		m.emit(now)
@@ -322,16 +350,17 @@ func (m *meter) emit(now time.Time) {
 	if m.fn == nil {
 		return
 	}
-	m.window = append(m.window, sample{now, m.done})
+	done := m.done + m.moving
+	m.window = append(m.window, sample{now, done})
 	for len(m.window) > 2 && now.Sub(m.window[0].at) > 5*time.Second {
 		m.window = m.window[1:]
 	}
-	p := Progress{Phase: m.phase, Done: m.done, Total: m.total}
+	p := Progress{Phase: m.phase, Done: done, Total: m.total}
 	if first := m.window[0]; now.Sub(first.at) > 0 {
-		p.Rate = float64(m.done-first.done) / now.Sub(first.at).Seconds()
+		p.Rate = max(0, float64(done-first.done)/now.Sub(first.at).Seconds())
 	}
-	if p.Rate > 0 && m.total > 0 && m.done < m.total {
-		p.ETA = time.Duration(float64(m.total-m.done) / p.Rate * float64(time.Second))
+	if p.Rate > 0 && m.total > 0 && done < m.total {
+		p.ETA = time.Duration(float64(m.total-done) / p.Rate * float64(time.Second))
 	}
 	m.last = now
 	m.fn(p)

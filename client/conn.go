@@ -32,19 +32,16 @@ const sendStep = 256 << 10
 
 // dataTransport is the transport for part PUTs and downloads: no overall
 // timeout (a large part or file on a slow link takes what it takes), but
-// every connection bounded by idle (see idleConn), which also bounds the
-// wait for an answer once a request is sent.
+// every connection bounded by idle unless it is 0 (see idleConn), which
+// also bounds the wait for an answer once a request is sent.
 func dataTransport(idle time.Duration) *http.Transport {
 	d := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
-	dial := d.DialContext
-	if idle > 0 {
-		dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
-			c, err := d.DialContext(ctx, network, addr)
-			if err != nil {
-				return nil, err
-			}
-			return &idleConn{Conn: c, idle: idle}, nil
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
 		}
+		return &idleConn{Conn: c, idle: idle}, nil
 	}
 	return &http.Transport{
 		Proxy:               http.ProxyFromEnvironment,
@@ -65,21 +62,31 @@ func dataTransport(idle time.Duration) *http.Transport {
 // also pushes the read deadline on, because over HTTP/1 the answer the
 // transport waits for cannot come while the request is still moving; the
 // wait for it starts when the request is sent. Only time spent inside a
-// call counts, so a download written slowly to disk is not a stall.
+// call counts, so a download written slowly to disk is not a stall. With
+// idle 0 there is no deadline, and the connection only sends part bodies
+// in steps, for their progress.
 type idleConn struct {
 	net.Conn
 	idle  time.Duration
 	stall atomic.Pointer[stallError] // the first deadline that ran out
 }
 
+// deadline is the deadline of a call starting now.
+func (c *idleConn) deadline() time.Time {
+	if c.idle <= 0 {
+		return time.Time{}
+	}
+	return time.Now().Add(c.idle)
+}
+
 func (c *idleConn) Read(b []byte) (int, error) {
-	c.Conn.SetReadDeadline(time.Now().Add(c.idle))
+	c.Conn.SetReadDeadline(c.deadline())
 	n, err := c.Conn.Read(b)
 	return n, c.stalled(err)
 }
 
 func (c *idleConn) Write(b []byte) (int, error) {
-	c.Conn.SetDeadline(time.Now().Add(c.idle))
+	c.Conn.SetDeadline(c.deadline())
 	n, err := c.Conn.Write(b)
 	return n, c.stalled(err)
 }
@@ -118,7 +125,8 @@ func (e *stallError) Temporary() bool { return true }
 
 // ReadFrom keeps the connection's own ReadFrom, which is how a part of a
 // file goes out with sendfile(2) (see fileSource), and gives each
-// sendStep of it a fresh deadline.
+// sendStep of it a fresh deadline. After each step a part body reports
+// how far it has got: sendfile moves it on without a Read.
 func (c *idleConn) ReadFrom(r io.Reader) (int64, error) {
 	rf, ok := c.Conn.(io.ReaderFrom)
 	if !ok {
@@ -136,8 +144,11 @@ func (c *idleConn) ReadFrom(r io.Reader) (int64, error) {
 			step.N = min(left, sendStep)
 		}
 		want := step.N
-		c.Conn.SetDeadline(time.Now().Add(c.idle))
+		c.Conn.SetDeadline(c.deadline())
 		n, err := rf.ReadFrom(step)
+		if s, ok := r.(sentReporter); ok {
+			s.reportSent()
+		}
 		total += n
 		if left > 0 {
 			left -= n

@@ -17,9 +17,17 @@ import (
 // between are refused, never stored.
 type source interface {
 	// open returns part [off, off+length) as a body, and a function to
-	// call once the PUT is done with it.
-	open(off, length int64) (io.Reader, func(), error)
+	// call once the PUT is done with it. The body calls sent, if not nil,
+	// with how much of it has gone out so far: a position in the part,
+	// not an increment (see sentReporter).
+	open(off, length int64, sent func(int64)) (io.Reader, func(), error)
 }
+
+// sentReporter is a part body that tells its sent function how far it
+// has got. A body read with Read does so itself; one sent by sendfile(2)
+// moves on inside the kernel, and the connection asks it after each
+// sendStep (idleConn.ReadFrom).
+type sentReporter interface{ reportSent() }
 
 // fileSource sends parts of a file with sendfile(2) where the platform has
 // it: net/http copies a body that exposes its file descriptor
@@ -63,7 +71,7 @@ func newFileSource(f *os.File) source {
 	return &fileSource{reopen: reopen}
 }
 
-func (s *fileSource) open(off, length int64) (io.Reader, func(), error) {
+func (s *fileSource) open(off, length int64, sent func(int64)) (io.Reader, func(), error) {
 	f, err := s.reopen()
 	if err != nil {
 		return nil, nil, fmt.Errorf("ferry: read: %w", err)
@@ -72,7 +80,7 @@ func (s *fileSource) open(off, length int64) (io.Reader, func(), error) {
 		f.Close()
 		return nil, nil, fmt.Errorf("ferry: read: %w", err)
 	}
-	return &filePart{f: f, end: off + length}, func() { f.Close() }, nil
+	return &filePart{f: f, start: off, end: off + length, sent: sent}, func() { f.Close() }, nil
 }
 
 // filePart is a part of a file read from its file position up to end.
@@ -81,8 +89,9 @@ func (s *fileSource) open(off, length int64) (io.Reader, func(), error) {
 // sends the part with sendfile(2); Read serves any other path, and the
 // position tells it how much was sent either way.
 type filePart struct {
-	f   *os.File
-	end int64
+	f          *os.File
+	start, end int64
+	sent       func(int64)
 }
 
 func (p *filePart) Read(b []byte) (int, error) {
@@ -96,7 +105,20 @@ func (p *filePart) Read(b []byte) (int, error) {
 	if left := p.end - pos; int64(len(b)) > left {
 		b = b[:left]
 	}
-	return p.f.Read(b)
+	n, err := p.f.Read(b)
+	if p.sent != nil {
+		p.sent(pos + int64(n) - p.start)
+	}
+	return n, err
+}
+
+func (p *filePart) reportSent() {
+	if p.sent == nil {
+		return
+	}
+	if pos, err := p.f.Seek(0, io.SeekCurrent); err == nil {
+		p.sent(pos - p.start)
+	}
 }
 
 func (p *filePart) SyscallConn() (syscall.RawConn, error) { return p.f.SyscallConn() }
@@ -122,7 +144,7 @@ func newBufferSource(r io.ReaderAt, partSize int64, buffers int) *bufferSource {
 	return &bufferSource{r: r, pool: pool}
 }
 
-func (s *bufferSource) open(off, length int64) (io.Reader, func(), error) {
+func (s *bufferSource) open(off, length int64, sent func(int64)) (io.Reader, func(), error) {
 	b := <-s.pool
 	release := func() { s.pool <- b[:cap(b)] }
 	b = b[:length]
@@ -130,5 +152,31 @@ func (s *bufferSource) open(off, length int64) (io.Reader, func(), error) {
 		release()
 		return nil, nil, fmt.Errorf("ferry: read: %w", err)
 	}
-	return bytes.NewReader(b), release, nil
+	if sent == nil {
+		return bytes.NewReader(b), release, nil
+	}
+	return &bufferPart{b: b, r: bytes.NewReader(b), sent: sent}, release, nil
+}
+
+// bufferPart is a part in a buffer that reports how much of it was read.
+type bufferPart struct {
+	b    []byte
+	r    *bytes.Reader
+	sent func(int64)
+}
+
+func (p *bufferPart) Read(b []byte) (int, error) {
+	n, err := p.r.Read(b)
+	p.reportSent()
+	return n, err
+}
+
+func (p *bufferPart) reportSent() { p.sent(p.r.Size() - int64(p.r.Len())) }
+
+// again is the body's GetBody: the same bytes from the start, for the
+// transport to send again on a new connection when the one it chose had
+// died before the request got out, as it does for a bytes.Reader. What
+// the first try sent counts once: sent takes positions, not increments.
+func (p *bufferPart) again() (io.ReadCloser, error) {
+	return io.NopCloser(&bufferPart{b: p.b, r: bytes.NewReader(p.b), sent: p.sent}), nil
 }

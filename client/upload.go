@@ -40,8 +40,9 @@ type UploadOptions struct {
 	PartSize int64
 	// Attempts bounds the tries of each part and API call (default 8).
 	Attempts int
-	// Progress receives the "upload" phase (bytes S3 holds) and the
-	// "verify" phase (waiting for ferry to merge the parts).
+	// Progress receives the "upload" phase (bytes S3 holds, and what has
+	// gone out of the parts on their way) and the "verify" phase
+	// (waiting for ferry to merge the parts).
 	Progress ProgressFunc
 	// OnRetry hears of each part PUT and API call that failed and will be
 	// tried again.
@@ -718,16 +719,18 @@ func (u *uploader) put(ctx context.Context, p *part, m *meter) error {
 			}
 			p.url = urls[p.n]
 		}
-		etag, err := u.putOnce(ctx, p, off, length)
+		out := &partOut{m: m}
+		etag, err := u.putOnce(ctx, p, off, length, out.seen)
 		if err == nil {
 			u.mu.Lock()
 			u.etags[p.n] = etag
 			u.res.PartsSent++
 			u.sent += length
 			u.mu.Unlock()
-			m.add(length)
+			m.sent(out.end(), length)
 			return nil
 		}
+		m.sent(out.end(), 0)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -832,8 +835,39 @@ func isStatus(err error, status int) bool {
 	return errors.As(err, &se) && se.status == status
 }
 
-func (u *uploader) putOnce(ctx context.Context, p *part, off, length int64) (string, error) {
-	body, done, err := u.src.open(off, length)
+// partOut counts, for the meter, how much of one PUT's body has gone out.
+// It takes positions, so a body the transport sends again from the start
+// counts only past where the first try got, and nothing once the PUT is
+// over (the transport may still be writing when S3 has answered).
+type partOut struct {
+	mu   sync.Mutex
+	m    *meter
+	at   int64
+	over bool
+}
+
+func (o *partOut) seen(pos int64) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if !o.over && pos > o.at {
+		o.m.sending(pos - o.at)
+		o.at = pos
+	}
+}
+
+// end stops the count and returns it.
+func (o *partOut) end() int64 {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.over = true
+	return o.at
+}
+
+func (u *uploader) putOnce(ctx context.Context, p *part, off, length int64, sent func(int64)) (string, error) {
+	if u.opts.Progress == nil {
+		sent = nil // nobody watches: no count to keep
+	}
+	body, done, err := u.src.open(off, length, sent)
 	if err != nil {
 		return "", err
 	}
@@ -847,6 +881,9 @@ func (u *uploader) putOnce(ctx context.Context, p *part, off, length int64) (str
 		return "", redact(err)
 	}
 	req.ContentLength = length
+	if bp, ok := body.(*bufferPart); ok {
+		req.GetBody = bp.again
+	}
 	for k, v := range p.url.Headers {
 		req.Header.Set(k, v)
 	}

@@ -416,6 +416,94 @@ func TestFailedTransfersPrintNoSignatures(t *testing.T) {
 	t.Logf("the upload failed with %q; the download with %q", upErr, err)
 }
 
+// An upload's progress moves while a part is on its way, not only when S3
+// has taken it: on a slow link an 8 MiB part is seconds of a bar standing
+// still. What a failed part had sent is taken back, so the bar steps back
+// and ends at the size, never past it. Both part bodies are covered: a
+// file's parts go out by sendfile(2), where only the connection sees them
+// move, and memory's through Read; and the CLI shows the same.
+func TestUploadProgressMovesWithinAPart(t *testing.T) {
+	t.Parallel()
+	o, p := proxiedS3(t, map[string]string{}) // the presigned URLs' way to S3
+	f := Start(t, o)
+	_, tok := f.CreateUser("gwen", false)
+	const part = 8 << 20
+	const size = part + 4<<20 + 1
+	p.SetBandwidth(faultproxy.Upstream, 4<<20) // 2 s a part
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	// check reads the "upload" phase's Done values in order. Each part
+	// shows a jump at its start (what the socket buffers take at once,
+	// about 4 MiB here) and then moves as the link takes the rest.
+	check := func(what string, done []int64, inside int, reset bool) {
+		t.Helper()
+		if len(done) == 0 {
+			t.Fatalf("%s: no progress in the upload phase", what)
+		}
+		within, back := 0, false
+		for i, d := range done {
+			if d%part != 0 && d != size {
+				within++
+			}
+			if i > 0 && d < done[i-1] {
+				back = true
+			}
+			if d > size {
+				t.Fatalf("%s: progress %d past the size %d: %v", what, d, size, done)
+			}
+		}
+		if within < inside || done[len(done)-1] != size || back != reset {
+			t.Fatalf("%s: %d progress reports inside a part (want %d or more), last %d of %d, stepped back %v (want %v): %v",
+				what, within, inside, done[len(done)-1], size, back, reset, done)
+		}
+		t.Logf("%s: %d progress reports, %d inside a part, stepped back %v: %v", what, len(done), within, back, done)
+	}
+	upload := func(what string, run func(client.UploadOptions) (*client.UploadResult, error)) {
+		t.Helper()
+		var mu sync.Mutex
+		var done []int64
+		var retries retryLog
+		p.ResetAfter(faultproxy.Upstream, 3<<20, 1) // the first PUT fails after 3 MiB
+		_, err := run(client.UploadOptions{Name: what, PartSize: part, Concurrency: 1, OnRetry: retries.add,
+			Progress: func(pr client.Progress) {
+				if pr.Phase == "upload" {
+					mu.Lock()
+					done = append(done, pr.Done)
+					mu.Unlock()
+				}
+			}})
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		retries.only(t)
+		check(what, done, 3, true)
+	}
+	path, _ := writeRandomFile(t, t.TempDir(), "file.bin", size)
+	upload("file.bin", func(o client.UploadOptions) (*client.UploadResult, error) {
+		return f.Client(tok).UploadFile(ctx, path, o)
+	})
+	d := randomData(size)
+	upload("memory.bin", func(o client.UploadOptions) (*client.UploadResult, error) {
+		return f.Client(tok).Upload(ctx, bytes.NewReader(d), size, o)
+	})
+
+	// The CLI prints a record every 500 ms: a slower link shows more.
+	p.SetBandwidth(faultproxy.Upstream, 2<<20)
+	path, _ = writeRandomFile(t, t.TempDir(), "cli.bin", size) // new content: not instant
+	out, err := cli(t, f, f.URL, tok, "upload", "--json", "--concurrency", "1", path).Output()
+	if err != nil {
+		t.Fatalf("ferry upload: %v%s", err, stderrOf(err))
+	}
+	var done []int64
+	for _, r := range jsonLines(t, out) {
+		if r["event"] == "progress" && r["phase"] == "upload" {
+			done = append(done, int64(r["done"].(float64)))
+		}
+	}
+	check("ferry upload --json", done, 2, false)
+}
+
 // noSignatures fails t if text holds a presigned S3 URL's credential or a
 // ferry link's signature.
 func noSignatures(t *testing.T, what, text string) {
