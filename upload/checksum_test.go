@@ -3,6 +3,7 @@ package upload_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -397,6 +398,89 @@ func TestWaitStatusDoesNotPollDuringALocalMerge(t *testing.T) {
 		if n := during.Load(); n > 1 {
 			t.Fatalf("the waiting call read the upload's state %d times while this replica merged it, want at most 1", n)
 		}
+	})
+}
+
+// Calls waiting on one replica for merges that run on another cost the
+// database one read of all their uploads' states per poll, not one per
+// call: 60 calls, 10 on each of 6 pending uploads, read them at most
+// about once per waitPoll (each call read its own, ten times a second,
+// before). When the other replica merges the uploads, every call answers
+// success.
+func TestWaitingCallsShareOnePoll(t *testing.T) {
+	testenv.ForEachDB(t, func(t *testing.T, db *testenv.DB) {
+		var polls atomic.Int64
+		err := db.DB.Callback().Query().After("gorm:query").Register("test:count_state_reads", func(tx *gorm.DB) {
+			if q := tx.Statement.SQL.String(); strings.Contains(q, "`state`") && strings.Contains(q, "FROM `uploads`") {
+				polls.Add(1)
+			}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := newEnv(t, db, nil) // the replica that merges, once its runner starts
+		waiting, err := upload.New(e.cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		c := newClient(t, e, "usr_a")
+		const uploads, callsEach = 6, 10
+		var ids []string
+		for i := range uploads {
+			data := randomBytes(1000 + i)
+			res, err := e.svc.Init(ctx, "usr_a", upload.InitRequest{FileName: fmt.Sprintf("w%d", i), Size: int64(len(data))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.send(res.Upload, data, allParts(res.Upload), false)
+			if _, err := e.svc.Complete(ctx, "usr_a", res.Upload.UploadID, upload.CompleteRequest{}); err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, res.Upload.UploadID)
+		}
+		type answer struct {
+			st  upload.Status
+			err error
+		}
+		answers := make(chan answer, uploads*callsEach)
+		for _, id := range ids {
+			for range callsEach {
+				go func() {
+					st, err := waiting.WaitStatus(ctx, "usr_a", id, 30*time.Second)
+					answers <- answer{st, err}
+				}()
+			}
+		}
+		time.Sleep(300 * time.Millisecond) // every call has read its upload once and waits
+		const window = time.Second
+		before := polls.Load()
+		time.Sleep(window)
+		n := polls.Load() - before
+		t.Logf("%s: %d reads of upload states in %s while %d calls waited", db.Dialect, n, window, uploads*callsEach)
+		const poll = 100 * time.Millisecond // the package's waitPoll
+		if limit := int64(window/poll) + 3; n > limit {
+			t.Fatalf("%d reads of upload states in %s while %d calls waited on %d uploads, want at most %d (one per %s)",
+				n, window, uploads*callsEach, uploads, limit, poll)
+		}
+		select {
+		case a := <-answers:
+			t.Fatalf("a call answered before any merge: %+v %v", a.st, a.err)
+		default:
+		}
+		start := time.Now()
+		e.run(t, 30*time.Second)
+		for range uploads * callsEach {
+			select {
+			case a := <-answers:
+				if a.err != nil || a.st.State != upload.StateSuccess {
+					t.Fatalf("wait = %+v %v, want success", a.st, a.err)
+				}
+			case <-time.After(20 * time.Second):
+				t.Fatalf("calls still waiting %s after the merges started", time.Since(start).Round(time.Millisecond))
+			}
+		}
+		t.Logf("%s: all %d calls answered success %s after the other replica started merging", db.Dialect, uploads*callsEach, time.Since(start).Round(time.Millisecond))
 	})
 }
 

@@ -251,8 +251,9 @@ func New(cfg Config, opts ...Option) (*Service, error) {
 	}
 	s := &Service{
 		db: cfg.DB, store: cfg.Store, queue: cfg.Queue, links: cfg.Links, log: cfg.Log, now: cfg.Now, cfg: cfg,
-		changes: newNotifier(), chunks: make(chan []byte, max(cfg.MergeConcurrency, 1)),
+		chunks: make(chan []byte, max(cfg.MergeConcurrency, 1)),
 	}
+	s.changes = newNotifier(s.settledUploads, cfg.Log)
 	s.metrics = newMetrics(cfg.Registerer, s.countByState)
 	for _, opt := range opts {
 		opt(s)

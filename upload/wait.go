@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -16,18 +17,37 @@ import (
 // MaxWait bounds how long one WaitStatus call holds a request open.
 const MaxWait = 60 * time.Second
 
-// waitPoll is how often a waiting call rereads the upload's state, for a
-// merge that runs on another replica; a merge on this one wakes it at once,
-// and while it runs the waiting call reads nothing.
+// waitPoll is how often the waiting calls of a replica reread the states
+// of their uploads, for merges that run on another replica; a merge on
+// this one wakes its waiting calls at once, and while it runs nothing is
+// read for them.
 const waitPoll = 100 * time.Millisecond
 
-// notifier wakes waiting calls when an upload leaves pending or merging on
-// this replica, and knows which uploads this replica is merging. Entries
-// live only while someone waits or merges.
+// pollBatch is the most uploads one poll reads in a statement.
+const pollBatch = 500
+
+// notifier wakes waiting calls when an upload leaves pending or merging,
+// and knows which uploads this replica is merging. Entries live only while
+// someone waits or merges.
+//
+// A merge here wakes its upload's waiting calls when it ends. For the
+// rest, one poll loop per replica runs while anything waits: every
+// waitPoll it reads the states of all the uploads waited on, in one
+// statement per pollBatch of them, and wakes the calls of those that
+// settled. Each call used to read its own upload's state every waitPoll:
+// a thousand calls waiting on a slow merge queue made ten thousand reads a
+// second, and a client holding many calls on one upload multiplied its
+// cost to the database by their number.
 type notifier struct {
 	mu      sync.Mutex
 	waiters map[string]*waiter
 	merging map[string]int // upload id → merges of it running here
+	polling bool           // the poll loop runs
+
+	// settled returns the ids among ids whose uploads are no longer
+	// settling, or gone.
+	settled func(ctx context.Context, ids []string) ([]string, error)
+	log     *slog.Logger
 }
 
 type waiter struct {
@@ -35,12 +55,14 @@ type waiter struct {
 	refs int
 }
 
-func newNotifier() *notifier {
-	return &notifier{waiters: map[string]*waiter{}, merging: map[string]int{}}
+func newNotifier(settled func(ctx context.Context, ids []string) ([]string, error), log *slog.Logger) *notifier {
+	return &notifier{waiters: map[string]*waiter{}, merging: map[string]int{}, settled: settled, log: log}
 }
 
-// wait returns a channel closed at the next done(id), and a release to
-// call when the caller stops waiting.
+// wait returns a channel closed when upload id may have settled: at the
+// end of a merge of it here, or when a poll finds it settled (or cannot
+// tell: the caller reads the state itself and sees the error). Call
+// release when no longer waiting.
 func (n *notifier) wait(id string) (<-chan struct{}, func()) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -50,6 +72,10 @@ func (n *notifier) wait(id string) (<-chan struct{}, func()) {
 		n.waiters[id] = w
 	}
 	w.refs++
+	if !n.polling {
+		n.polling = true
+		go n.poll()
+	}
 	return w.ch, func() {
 		n.mu.Lock()
 		defer n.mu.Unlock()
@@ -57,6 +83,54 @@ func (n *notifier) wait(id string) (<-chan struct{}, func()) {
 			delete(n.waiters, id)
 		}
 	}
+}
+
+// poll is the poll loop. It stops at the first tick that finds nothing
+// waiting; the next wait starts it again.
+func (n *notifier) poll() {
+	tick := time.NewTicker(waitPoll)
+	defer tick.Stop()
+	for range tick.C {
+		ids, ok := n.polled()
+		if !ok {
+			return
+		}
+		for len(ids) > 0 {
+			batch := ids[:min(len(ids), pollBatch)]
+			ids = ids[len(batch):]
+			ctx, cancel := context.WithTimeout(context.Background(), 10*waitPoll)
+			settled, err := n.settled(ctx, batch)
+			cancel()
+			if err != nil {
+				n.log.Warn("upload: polling waited-on uploads", "uploads", len(batch), "err", err)
+				settled = batch
+			}
+			n.mu.Lock()
+			for _, id := range settled {
+				n.wakeLocked(id)
+			}
+			n.mu.Unlock()
+		}
+	}
+}
+
+// polled returns the uploads to read this tick: those waited on and not
+// merging here. It reports false, and marks the loop stopped, when
+// nothing waits.
+func (n *notifier) polled() ([]string, bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if len(n.waiters) == 0 {
+		n.polling = false
+		return nil, false
+	}
+	ids := make([]string, 0, len(n.waiters))
+	for id := range n.waiters {
+		if n.merging[id] == 0 {
+			ids = append(ids, id)
+		}
+	}
+	return ids, true
 }
 
 func (n *notifier) done(id string) {
@@ -91,14 +165,6 @@ func (n *notifier) merge(id string) (end func()) {
 	}
 }
 
-// mergingHere reports whether this replica is merging upload id: its end
-// will wake the waiting calls, so they need not read the database.
-func (n *notifier) mergingHere(id string) bool {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.merging[id] > 0
-}
-
 // settling states change without the client doing anything.
 func settling(state string) bool { return state == StatePending || state == StateMerging }
 
@@ -123,8 +189,6 @@ func (s *Service) WaitStatus(ctx context.Context, userID, id string, wait time.D
 	}
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
-	tick := time.NewTicker(waitPoll)
-	defer tick.Stop()
 	for {
 		woke, release := s.changes.wait(id)
 		select {
@@ -135,13 +199,10 @@ func (s *Service) WaitStatus(ctx context.Context, userID, id string, wait time.D
 			release()
 			return s.Status(ctx, userID, id)
 		case <-woke:
-		case <-tick.C:
-			if s.changes.mergingHere(id) {
-				release()
-				continue
-			}
 		}
 		release()
+		// Woken by a merge here, which may have stopped without an
+		// outcome (the runner retries it), or by a poll.
 		var state string
 		err := s.db.WithContext(ctx).Model(&models.Upload{}).Where("id = ?", id).Pluck("state", &state).Error
 		if errors.Is(err, gorm.ErrRecordNotFound) || (err == nil && state == "") {
@@ -154,4 +215,24 @@ func (s *Service) WaitStatus(ctx context.Context, userID, id string, wait time.D
 			return s.Status(ctx, userID, id)
 		}
 	}
+}
+
+// settledUploads returns the ids among ids whose uploads are no longer
+// pending or merging, or no longer exist: the notifier's poll.
+func (s *Service) settledUploads(ctx context.Context, ids []string) ([]string, error) {
+	var rows []struct{ ID, State string }
+	if err := s.db.WithContext(ctx).Model(&models.Upload{}).Select("id", "state").Where("id IN ?", ids).Find(&rows).Error; err != nil {
+		return nil, err
+	}
+	still := make(map[string]bool, len(rows))
+	for _, r := range rows {
+		still[r.ID] = settling(r.State)
+	}
+	var out []string
+	for _, id := range ids {
+		if !still[id] {
+			out = append(out, id)
+		}
+	}
+	return out, nil
 }
