@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"gorm.io/gorm"
 
 	"github.com/ferry-io/ferry/errkind"
@@ -419,7 +420,9 @@ func TestWaitingCallsShareOnePoll(t *testing.T) {
 			t.Fatal(err)
 		}
 		e := newEnv(t, db, nil) // the replica that merges, once its runner starts
-		waiting, err := upload.New(e.cfg)
+		cfg, reg := e.cfg, prometheus.NewRegistry()
+		cfg.Registerer = reg
+		waiting, err := upload.New(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -468,6 +471,9 @@ func TestWaitingCallsShareOnePoll(t *testing.T) {
 			t.Fatalf("a call answered before any merge: %+v %v", a.st, a.err)
 		default:
 		}
+		if g := gauge(t, reg, "ferry_upload_waiting_requests"); g != uploads*callsEach {
+			t.Fatalf("ferry_upload_waiting_requests = %v while %d calls waited", g, uploads*callsEach)
+		}
 		start := time.Now()
 		e.run(t, 30*time.Second)
 		for range uploads * callsEach {
@@ -481,7 +487,26 @@ func TestWaitingCallsShareOnePoll(t *testing.T) {
 			}
 		}
 		t.Logf("%s: all %d calls answered success %s after the other replica started merging", db.Dialect, uploads*callsEach, time.Since(start).Round(time.Millisecond))
+		if g := gauge(t, reg, "ferry_upload_waiting_requests"); g != 0 {
+			t.Fatalf("ferry_upload_waiting_requests = %v after every call answered", g)
+		}
 	})
+}
+
+// gauge is the value of the unlabelled gauge name in g.
+func gauge(t *testing.T, g prometheus.Gatherer, name string) float64 {
+	t.Helper()
+	mfs, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("no gauge %s", name)
+	return 0
 }
 
 // Status reads the upload and then its file; a verification that commits

@@ -22,6 +22,7 @@ type metrics struct {
 	restarts         prometheus.Counter
 	verifyDuration   prometheus.Histogram
 	cleanedPosts     prometheus.Counter
+	waiting          prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer, count func(context.Context) (map[string]int64, error)) *metrics {
@@ -69,10 +70,14 @@ func newMetrics(reg prometheus.Registerer, count func(context.Context) (map[stri
 			Name: "ferry_upload_stray_posts_deleted_total",
 			Help: "Objects POSTed under a policy after their upload ended, deleted by cleanup.",
 		}),
+		waiting: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "ferry_upload_waiting_requests",
+			Help: "Status requests (GET /uploads/{id}?wait=) this process holds open until their upload settles.",
+		}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.transitions, m.mergeDuration, m.verifyBytes, m.verifyThroughput, m.presigned, m.instant, m.proofs,
-			m.blobMismatch, m.claimsCorrected, m.restarts, m.verifyDuration, m.cleanedPosts, &stateCollector{count: count})
+			m.blobMismatch, m.claimsCorrected, m.restarts, m.verifyDuration, m.cleanedPosts, m.waiting, &stateCollector{count: count})
 	}
 	return m
 }

@@ -187,6 +187,8 @@ func (s *Service) WaitStatus(ctx context.Context, userID, id string, wait time.D
 		}
 		return s.status(ctx, u)
 	}
+	s.metrics.waiting.Inc()
+	defer s.metrics.waiting.Dec()
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	for {
