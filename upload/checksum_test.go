@@ -406,8 +406,8 @@ func TestWaitStatusDoesNotPollDuringALocalMerge(t *testing.T) {
 // database one read of all their uploads' states per poll, not one per
 // call: 60 calls, 10 on each of 6 pending uploads, read them at most
 // about once per waitPoll (each call read its own, ten times a second,
-// before). When the other replica merges the uploads, every call answers
-// success.
+// before), and ferry_upload_waiting_requests counts them. When the other
+// replica merges the uploads, every call answers success.
 func TestWaitingCallsShareOnePoll(t *testing.T) {
 	testenv.ForEachDB(t, func(t *testing.T, db *testenv.DB) {
 		var polls atomic.Int64
@@ -455,7 +455,13 @@ func TestWaitingCallsShareOnePoll(t *testing.T) {
 				}()
 			}
 		}
-		time.Sleep(300 * time.Millisecond) // every call has read its upload once and waits
+		// Every call has read its upload once and waits when the gauge
+		// counts them all.
+		for deadline := time.Now().Add(10 * time.Second); gauge(t, reg, "ferry_upload_waiting_requests") != uploads*callsEach; time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("ferry_upload_waiting_requests = %v after 10s, want %d while the calls wait", gauge(t, reg, "ferry_upload_waiting_requests"), uploads*callsEach)
+			}
+		}
 		const window = time.Second
 		before := polls.Load()
 		time.Sleep(window)
@@ -472,7 +478,7 @@ func TestWaitingCallsShareOnePoll(t *testing.T) {
 		default:
 		}
 		if g := gauge(t, reg, "ferry_upload_waiting_requests"); g != uploads*callsEach {
-			t.Fatalf("ferry_upload_waiting_requests = %v while %d calls waited", g, uploads*callsEach)
+			t.Fatalf("ferry_upload_waiting_requests = %v after a second more, want %d", g, uploads*callsEach)
 		}
 		start := time.Now()
 		e.run(t, 30*time.Second)
