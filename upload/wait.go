@@ -2,13 +2,9 @@ package upload
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
 	"sync"
 	"time"
-
-	"gorm.io/gorm"
 
 	"github.com/ferry-io/ferry/errkind"
 	"github.com/ferry-io/ferry/models"
@@ -203,18 +199,14 @@ func (s *Service) WaitStatus(ctx context.Context, userID, id string, wait time.D
 		case <-woke:
 		}
 		release()
-		// Woken by a merge here, which may have stopped without an
-		// outcome (the runner retries it), or by a poll.
-		var state string
-		err := s.db.WithContext(ctx).Model(&models.Upload{}).Where("id = ?", id).Pluck("state", &state).Error
-		if errors.Is(err, gorm.ErrRecordNotFound) || (err == nil && state == "") {
-			return Status{}, errNotFound
-		}
-		if err != nil {
-			return Status{}, fmt.Errorf("upload: wait: %w", err)
-		}
-		if !settling(state) {
-			return s.Status(ctx, userID, id)
+		// Woken by a poll, or by a merge here, which may have stopped
+		// without an outcome (the runner retries it): read the upload as
+		// the call began, and answer or wait again.
+		if u, err = s.load(ctx, userID, id); err != nil || !settling(u.State) {
+			if err != nil {
+				return Status{}, err
+			}
+			return s.status(ctx, u)
 		}
 	}
 }
