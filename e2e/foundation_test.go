@@ -1,17 +1,22 @@
 package e2e
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/ferry-io/ferry/client"
 	"github.com/ferry-io/ferry/internal/testenv"
 )
 
@@ -243,6 +248,84 @@ func TestPProfOnTheMetricsAddress(t *testing.T) {
 	}
 	if code := getStatus(t, f.URL+"/debug/pprof/"); code != 404 {
 		t.Fatalf("public listener /debug/pprof/ = %d, want 404", code)
+	}
+}
+
+// A CPU profile of a working replica splits its time by route and by job
+// kind (profile labels), as docs/operating.md tells an operator to read
+// it: `go tool pprof -tags` sums the samples by label, and the verify
+// job's read-back and the download proxy's copy each show under their own
+// label rather than pooled under net/http and the job runner.
+func TestProfileLabelsRoutesAndJobs(t *testing.T) {
+	t.Parallel()
+	addr := testenv.FreeAddr(t)
+	f := Start(t, Options{Env: map[string]string{"FERRY_METRICS_ADDR": addr, "FERRY_PPROF": "true"}})
+	_, tok := f.CreateUser("olga", false)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	dir := t.TempDir()
+	prof := filepath.Join(dir, "cpu.pb.gz")
+	profiled := make(chan error, 1)
+	go func() {
+		resp, err := http.Get("http://" + addr + "/debug/pprof/profile?seconds=10")
+		if err != nil {
+			profiled <- err
+			return
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err == nil && resp.StatusCode != 200 {
+			err = fmt.Errorf("profile: %d %s", resp.StatusCode, b)
+		}
+		if err == nil {
+			err = os.WriteFile(prof, b, 0o600)
+		}
+		profiled <- err
+	}()
+	time.Sleep(200 * time.Millisecond) // the profile has started
+
+	// 64 MiB: the verify job's SHA-256 and the proxy's copy each take
+	// tens of milliseconds of CPU, several samples at 100 Hz.
+	d := randomData(64 << 20)
+	up, err := f.Client(tok).Upload(ctx, bytes.NewReader(d), int64(len(d)), client.UploadOptions{Name: "profiled.bin"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.waitVerified(tok, up.UploadID)
+	var file struct {
+		DownloadURL string `json:"download_url"`
+	}
+	f.Do("GET", "/files/"+up.FileID, tok, nil).JSON(t, &file)
+	for i := range 4 {
+		if _, err := f.Client(tok).Download(ctx, file.DownloadURL, filepath.Join(dir, fmt.Sprint(i)), client.DownloadOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := <-profiled; err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("go", "tool", "pprof", "-tags", prof).CombinedOutput()
+	if err != nil {
+		t.Fatalf("go tool pprof -tags: %v\n%s", err, out)
+	}
+	t.Logf("go tool pprof -tags:\n%s", out)
+	// Each label's section starts "key: Total …", then a line per value
+	// ending "): value".
+	labelled := map[string]bool{}
+	key := ""
+	for _, line := range strings.Split(string(out), "\n") {
+		line = strings.TrimSpace(line)
+		if k, rest, ok := strings.Cut(line, ": Total "); ok && rest != "" {
+			key = k
+		} else if _, v, ok := strings.Cut(line, "): "); ok && key != "" {
+			labelled[key+"="+v] = true
+		}
+	}
+	for _, want := range []string{"job=upload.verify", "route=/download/:id", "method=GET"} {
+		if !labelled[want] {
+			t.Errorf("no samples labelled %s", want)
+		}
 	}
 }
 

@@ -21,6 +21,8 @@
 //     enqueued by another replica is picked up within the poll interval.
 //     The poll is one query for all the runner's kinds, which wakes the
 //     kinds that have work due; only those then try to claim.
+//   - A handler runs with its kind as the profile label "job" (pprof), so
+//     a CPU profile of the process splits background work by kind.
 //
 // Handlers must be idempotent: a job may run more than once when a worker
 // dies after doing the work but before recording it. Handlers that commit

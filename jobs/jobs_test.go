@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -552,6 +553,42 @@ func TestIdleRunnerPollsOnceForAllKinds(t *testing.T) {
 		waitState(t, q, "kind-7", "elsewhere", StateDone, 5*time.Second)
 		if ran.Load() != 1 {
 			t.Fatalf("handlers ran %d times, want 1", ran.Load())
+		}
+	})
+}
+
+// A job runs with its kind as a profile label, so a CPU profile of the
+// process (FERRY_PPROF) tells the kinds' work apart.
+func TestJobsRunWithTheirKindAsProfileLabel(t *testing.T) {
+	testenv.ForEachDB(t, func(t *testing.T, db *testenv.DB) {
+		q := testenv.Must(NewQueue(QueueConfig{DB: db.DB, Now: time.Now}))
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		r := newRunner(q, t, "w", 10*time.Second)
+		labels := make(chan string, 2)
+		for _, kind := range []string{"upload.merge", "export"} {
+			r.Handle(kind, func(ctx context.Context, j *Job) error {
+				v, ok := pprof.Label(ctx, "job")
+				labels <- fmt.Sprintf("%s: %q %v", j.Kind, v, ok)
+				return nil
+			}, Options{})
+		}
+		go r.Run(ctx, time.Second)
+		q.Enqueue(ctx, nil, Spec{Kind: "upload.merge", Key: "a"})
+		q.Enqueue(ctx, nil, Spec{Kind: "export", Key: "b"})
+		got := map[string]bool{}
+		for range 2 {
+			select {
+			case l := <-labels:
+				got[l] = true
+			case <-time.After(10 * time.Second):
+				t.Fatalf("jobs not run within 10s; labels so far: %v", got)
+			}
+		}
+		for _, want := range []string{`upload.merge: "upload.merge" true`, `export: "export" true`} {
+			if !got[want] {
+				t.Errorf("handler saw labels %v, want %s", got, want)
+			}
 		}
 	})
 }

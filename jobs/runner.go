@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime/pprof"
 	"strconv"
 	"sync"
 	"time"
@@ -332,7 +333,13 @@ func (r *Runner) start(work context.Context, reg *registration, j *Job) {
 			<-reg.slots
 			r.q.Wake(reg.kind) // a slot is free
 		}()
-		r.run(ctx, cancel, reg, j)
+		// The job's goroutine, and every goroutine its handler starts,
+		// carries its kind as a profile label, so a CPU profile of the
+		// process (FERRY_PPROF) tells one kind's work from another's and
+		// from the requests'.
+		pprof.Do(ctx, pprof.Labels("job", reg.kind), func(ctx context.Context) {
+			r.run(ctx, cancel, reg, j)
+		})
 	}()
 }
 

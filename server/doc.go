@@ -9,8 +9,9 @@
 // code. 5xx answers never carry internal error text; they carry the request
 // id, which the log line for the same request also has.
 //
-// Middleware, outermost first: request id, recovery, access log and metrics,
-// body-size limit, authentication (bearer token, service key, a host app's
+// Middleware, outermost first: request id, profile labels (the route and
+// method on the request's goroutine, for CPU profiles), recovery, access
+// log and metrics, security headers, body-size limit, authentication (bearer token, service key, a host app's
 // JWT, upload ticket or session cookie, checked against the database on
 // every request so deactivation and revocation are immediate; a cookie on
 // a write must come from ferry's origin, see auth.go). An upload ticket

@@ -1,11 +1,13 @@
 package server
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"regexp"
 	"runtime/debug"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -20,6 +22,29 @@ import (
 )
 
 var requestIDPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
+
+// routeOf is the template of the route c matched (/uploads/:id), or
+// "unmatched": the label metrics and profiles use, never the raw path.
+func routeOf(c *gin.Context) string {
+	if r := c.FullPath(); r != "" {
+		return r
+	}
+	return "unmatched"
+}
+
+// profileLabels runs the rest of the chain with the request's route and
+// method as profile labels, on its goroutine and on any the handler
+// starts, so a CPU profile of the process (FERRY_PPROF) splits its time
+// by route (and background work by job kind, see package jobs) instead of
+// pooling every request under gin and net/http.
+func profileLabels() gin.HandlerFunc {
+	return func(c *gin.Context) {
+		pprof.Do(c.Request.Context(), pprof.Labels("route", routeOf(c), "method", c.Request.Method), func(ctx context.Context) {
+			c.Request = c.Request.WithContext(ctx)
+			c.Next()
+		})
+	}
+}
 
 // requestID adopts a sane incoming X-Request-Id (from a proxy) or makes
 // one, echoes it, and puts it in the request context for logs.
@@ -88,10 +113,7 @@ func accessLog(log *slog.Logger, m *httpMetrics) gin.HandlerFunc {
 		start := time.Now()
 		c.Next()
 		elapsed := time.Since(start)
-		route := c.FullPath()
-		if route == "" {
-			route = "unmatched"
-		}
+		route := routeOf(c)
 		status := c.Writer.Status()
 		size := int64(c.Writer.Size())
 		if n, ok := c.Get(bodyBytesKey); ok {

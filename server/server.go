@@ -111,7 +111,7 @@ func New(d Deps) (*Server, error) {
 	}
 	s := &Server{d: d, engine: e, csrf: csrf, lim: newLimits(d)}
 	m := newHTTPMetrics(d.Registerer)
-	e.Use(requestID(), recovery(d.Log), accessLog(d.Log, m), securityHeaders(), bodyLimit(d.MaxBodyBytes))
+	e.Use(requestID(), profileLabels(), recovery(d.Log), accessLog(d.Log, m), securityHeaders(), bodyLimit(d.MaxBodyBytes))
 	e.Use(s.apiCORS())
 	e.NoRoute(func(c *gin.Context) {
 		writeProblem(c, Problem{Type: "about:blank", Status: 404, Title: "Not Found", Code: "route_not_found",
