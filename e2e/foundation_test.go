@@ -268,7 +268,7 @@ func TestProfileLabelsRoutesAndJobs(t *testing.T) {
 	prof := filepath.Join(dir, "cpu.pb.gz")
 	profiled := make(chan error, 1)
 	go func() {
-		resp, err := http.Get("http://" + addr + "/debug/pprof/profile?seconds=10")
+		resp, err := http.Get("http://" + addr + "/debug/pprof/profile?seconds=12")
 		if err != nil {
 			profiled <- err
 			return
@@ -285,8 +285,10 @@ func TestProfileLabelsRoutesAndJobs(t *testing.T) {
 	}()
 	time.Sleep(200 * time.Millisecond) // the profile has started
 
-	// 64 MiB: the verify job's SHA-256 and the proxy's copy each take
-	// tens of milliseconds of CPU, several samples at 100 Hz.
+	// 64 MiB: the verify job's SHA-256 and each download's copy take tens
+	// of milliseconds of CPU, several samples at 100 Hz. The downloads go
+	// on until the profile ends (at most 20), so however slow the machine
+	// some of them fall inside it.
 	d := randomData(64 << 20)
 	up, err := f.Client(tok).Upload(ctx, bytes.NewReader(d), int64(len(d)), client.UploadOptions{Name: "profiled.bin"})
 	if err != nil {
@@ -297,14 +299,28 @@ func TestProfileLabelsRoutesAndJobs(t *testing.T) {
 		DownloadURL string `json:"download_url"`
 	}
 	f.Do("GET", "/files/"+up.FileID, tok, nil).JSON(t, &file)
-	for i := range 4 {
-		if _, err := f.Client(tok).Download(ctx, file.DownloadURL, filepath.Join(dir, fmt.Sprint(i)), client.DownloadOptions{}); err != nil {
+	copyPath := filepath.Join(dir, "copy.bin")
+	var perr error
+	downloads := 0
+downloading:
+	for ; downloads < 20; downloads++ {
+		select {
+		case perr = <-profiled:
+			break downloading
+		default:
+		}
+		os.Remove(copyPath)
+		if _, err := f.Client(tok).Download(ctx, file.DownloadURL, copyPath, client.DownloadOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := <-profiled; err != nil {
-		t.Fatal(err)
+	if downloads == 20 {
+		perr = <-profiled
 	}
+	if perr != nil {
+		t.Fatal(perr)
+	}
+	t.Logf("%d downloads during the profile", downloads)
 	out, err := exec.Command("go", "tool", "pprof", "-tags", prof).CombinedOutput()
 	if err != nil {
 		t.Fatalf("go tool pprof -tags: %v\n%s", err, out)
