@@ -176,12 +176,8 @@ func (s *Service) WaitStatus(ctx context.Context, userID, id string, wait time.D
 	if wait == 0 {
 		return s.Status(ctx, userID, id)
 	}
-	u, err := s.load(ctx, userID, id)
-	if err != nil || !settling(u.State) {
-		if err != nil {
-			return Status{}, err
-		}
-		return s.status(ctx, u)
+	if st, done, err := s.answer(ctx, userID, id); done {
+		return st, err
 	}
 	s.metrics.waiting.Inc()
 	defer s.metrics.waiting.Dec()
@@ -200,15 +196,28 @@ func (s *Service) WaitStatus(ctx context.Context, userID, id string, wait time.D
 		}
 		release()
 		// Woken by a poll, or by a merge here, which may have stopped
-		// without an outcome (the runner retries it): read the upload as
-		// the call began, and answer or wait again.
-		if u, err = s.load(ctx, userID, id); err != nil || !settling(u.State) {
-			if err != nil {
-				return Status{}, err
-			}
-			return s.status(ctx, u)
+		// without an outcome (the runner retries it): answer, or wait
+		// again.
+		if st, done, err := s.answer(ctx, userID, id); done {
+			return st, err
 		}
 	}
+}
+
+// answer reads upload id as userID may see it, as WaitStatus began and
+// each time it is woken: done is false while the upload is still pending
+// or merging, so the call goes on waiting; otherwise the call answers
+// with the status or the error (not found, another user's).
+func (s *Service) answer(ctx context.Context, userID, id string) (st Status, done bool, err error) {
+	u, err := s.load(ctx, userID, id)
+	if err != nil {
+		return Status{}, true, err
+	}
+	if settling(u.State) {
+		return Status{}, false, nil
+	}
+	st, err = s.status(ctx, u)
+	return st, true, err
 }
 
 // settledUploads returns the ids among ids whose uploads are no longer
