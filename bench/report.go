@@ -39,6 +39,7 @@ type runInfo struct {
 	PartSize    int64
 	TusChunk    int64
 	Runs        int
+	Warmup      int // rounds of every case run before the counted ones
 	Concurrency int
 	MySQL       bool
 }
@@ -377,9 +378,9 @@ func (rp report) verdicts() []verdict {
 	slack := rp.sameRun(caseFerryUpload, ref, func(r, ref result) float64 { return r.SentToSuccess - ref.CompleteSeconds })
 	v3 := verdict{
 		Target: fmt.Sprintf("last part sent → `ferry upload` sees `success` ≤ S3's CompleteMultipartUpload + %.1f s", targetFinishSlack),
-		Measured: fmt.Sprintf("%.2f s, %.2f s over S3's CompleteMultipartUpload of the same file %s (%.2f s, timed around the raw SDK's call; with a CRC32C %.2f s, without %.2f s); "+
+		Measured: fmt.Sprintf("%.2f s, %s S3's CompleteMultipartUpload of the same file %s (%.2f s, timed around the raw SDK's call; with a CRC32C %.2f s, without %.2f s); "+
 			"the CLI printed its success (ferry answers its long poll when it records success) %.2f s after the last part was sent; ferry's merge job took %.2f s",
-			fu.SentToSuccess, slack, refKind, s3Complete, crc.CompleteSeconds, sdk.CompleteSeconds, fu.ServerSuccess, fu.MergeSeconds),
+			fu.SentToSuccess, overUnder(slack), refKind, s3Complete, crc.CompleteSeconds, sdk.CompleteSeconds, fu.ServerSuccess, fu.MergeSeconds),
 		Met: slack <= targetFinishSlack,
 	}
 	if !v3.Met {
@@ -567,6 +568,9 @@ func (rp report) markdown() string {
 	if rp.Info.Runs > 1 {
 		fmt.Fprintf(&b, "Medians of %d runs; × ceiling is the median of the ratios within each run. Every run is listed below.\n\n", rp.Info.Runs)
 	}
+	if rp.Info.Warmup > 0 {
+		fmt.Fprintf(&b, "Every case ran %s first, not counted: fresh peers pay one-off costs in their first round.\n\n", plural(rp.Info.Warmup, "warm-up round"))
+	}
 	b.WriteString(rp.table())
 	b.WriteString("\n![Throughput and API-server CPU per GiB](chart.png)\n\n### The API servers\n\n")
 	b.WriteString(rp.serverTable())
@@ -660,4 +664,21 @@ func loadReport(path string) (report, error) {
 		return rp, fmt.Errorf("%s: %w", path, err)
 	}
 	return rp, nil
+}
+
+// overUnder says how d seconds stand against a reference: "0.02 s over",
+// or "0.34 s under" where a plain difference would read "-0.34 s over".
+func overUnder(d float64) string {
+	if d < 0 {
+		return fmt.Sprintf("%.2f s under", -d)
+	}
+	return fmt.Sprintf("%.2f s over", d)
+}
+
+// plural is n and noun, with an s unless n is 1.
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
