@@ -40,7 +40,7 @@ import (
 // with 6 MiB and about 1.0 with 8 and 16 MiB; the kernel's share fell from
 // 0.22–0.23 s to 0.13–0.16 (fewer, fuller reads of the socket) and the
 // user time from 0.77–0.81 to 0.68–0.69. On a 2-core Intel Xeon VM
-// (SHA-256 alone, six to nine reads of each size) 1 MiB cost 0.90–0.97,
+// (SHA-256 alone, at least six reads of each size) 1 MiB cost 0.90–0.97,
 // 2 to 4 MiB 0.78–0.89, 5 and 6 MiB 0.79–0.99, 8 MiB 0.94–1.07 and 16 MiB
 // 1.52–1.59.
 //
