@@ -50,12 +50,13 @@ import (
 // cost 0.77–0.87 CPU s per GiB, and the SDK's pooled GET 0.77–0.78, in
 // the same run. So the job keeps the SDK's GET.
 //
-// Nor do huge pages help. The same loop, on a 2-core AMD EPYC Turin VM,
-// reading into a 2 MiB-aligned buffer that madvise(MADV_HUGEPAGE) had
-// backed with transparent huge pages cost a median 0.850 CPU s per GiB
-// (0.770–0.927) over 18 reads, against 0.861 (0.803–0.924) for a buffer
-// from Go's heap, the two interleaved: the copy off the socket and
-// SHA-256 do not wait on the TLB. So the buffer stays an ordinary slice.
+// Nor do huge pages help. The SDK's GET into SHA-256 in 4 MiB reads, on
+// a 2-core AMD EPYC Turin VM, cost a median 0.850 CPU s per GiB
+// (0.770–0.927, 18 reads) into a 2 MiB-aligned buffer that
+// madvise(MADV_HUGEPAGE) had backed with transparent huge pages, against
+// 0.861 (0.803–0.924) into a buffer from Go's heap, the two interleaved:
+// neither the copy off the socket nor SHA-256 waits on the TLB. So the
+// buffer stays an ordinary slice.
 //
 // Nor can the job take the bytes without the kernel's copy. On Linux 6.18,
 // TCP_ZEROCOPY_RECEIVE over loopback mapped none of a 1 GiB stream,
