@@ -46,9 +46,9 @@ func TestQuotaStoredBytes(t *testing.T) {
 			t.Fatalf("problem fields %v", ke.Fields)
 		}
 
-		// The jobs run only from here on, so the first upload is still
-		// merging when its usage is read: with them running, a fast store
-		// (SeaweedFS in CI) had merged it already.
+		// No job runs until after the usage is read, so the first upload
+		// is certainly still merging then: with the runner started first,
+		// a fast store (SeaweedFS in CI) had merged it already.
 		first := alice.uploadAll("a.bin", data, false)
 		if u := alice.e.usage(alice.user); u.Reserved != int64(len(data)) || u.Bytes != 0 {
 			t.Fatalf("while merging: %+v, want the upload's size reserved", u)
