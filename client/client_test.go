@@ -8,12 +8,14 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"hash/crc32"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -169,33 +171,71 @@ func (r *failingReader) Read(p []byte) (int, error) {
 // pieces (small page-cache folios: see writePiece), and when the body fails
 // mid-chunk, the file holds every byte that arrived and the hash covers
 // exactly those bytes, so a reconnection needs no second read of the file.
+// A CRC32C is computed on the copying goroutine, a SHA-256 on another.
 func TestDownloadCopyHashesExactlyTheFile(t *testing.T) {
-	data := randomData(5*copyChunk + 12_345)
-	cut := errors.New("connection reset")
-	src := &failingReader{data: data, err: cut}
-	path := filepath.Join(t.TempDir(), "part")
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
+	for _, alg := range []string{digestCRC32C, digestSHA256} {
+		t.Run(alg, func(t *testing.T) {
+			data := randomData(5*copyChunk + 12_345)
+			cut := errors.New("connection reset")
+			src := &failingReader{data: data, err: cut}
+			path := filepath.Join(t.TempDir(), "part")
+			f, err := os.Create(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			st := &dlState{}
+			st.use(alg)
+			h := &goroutineHash{Hash: st.h, copier: goroutineID()}
+			st.h = h
+			w := &pieceWriter{w: f}
+			n, err := st.copy(w, src)
+			if !errors.Is(err, cut) || n != int64(len(data)) {
+				t.Fatalf("copy = %d, %v; want %d, the body's error", n, err, len(data))
+			}
+			got, _ := os.ReadFile(path)
+			want := newDigest(alg)
+			want.Write(data)
+			if !bytes.Equal(got, data) || st.hashed != n || !bytes.Equal(h.Sum(nil), want.Sum(nil)) {
+				t.Fatalf("file %d bytes, hashed %d, hash right: %v", len(got), st.hashed, bytes.Equal(h.Sum(nil), want.Sum(nil)))
+			}
+			if src.largest < copyChunk {
+				t.Fatalf("the copy asked for at most %d bytes a read, want chunks of %d", src.largest, copyChunk)
+			}
+			if w.largest != writePiece {
+				t.Fatalf("the largest write to the file was %d bytes, want %d", w.largest, writePiece)
+			}
+			inStep, writes := h.onCopier.Load(), h.writes.Load()
+			if alg == digestCRC32C && inStep != writes || alg == digestSHA256 && inStep != 0 {
+				t.Fatalf("%s: %d of %d hash writes on the copying goroutine", alg, inStep, writes)
+			}
+		})
 	}
-	defer f.Close()
-	st := &dlState{h: sha256.New()}
-	w := &pieceWriter{w: f}
-	n, err := st.copy(w, src)
-	if !errors.Is(err, cut) || n != int64(len(data)) {
-		t.Fatalf("copy = %d, %v; want %d, the body's error", n, err, len(data))
+}
+
+// goroutineHash counts the writes to a hash, and those made on the
+// goroutine copier.
+type goroutineHash struct {
+	hash.Hash
+	copier           string
+	writes, onCopier atomic.Int32
+}
+
+func (g *goroutineHash) Write(b []byte) (int, error) {
+	g.writes.Add(1)
+	if goroutineID() == g.copier {
+		g.onCopier.Add(1)
 	}
-	got, _ := os.ReadFile(path)
-	want := sha256.Sum256(data)
-	if !bytes.Equal(got, data) || st.hashed != n || !bytes.Equal(st.h.Sum(nil), want[:]) {
-		t.Fatalf("file %d bytes, hashed %d, hash right: %v", len(got), st.hashed, bytes.Equal(st.h.Sum(nil), want[:]))
-	}
-	if src.largest < copyChunk {
-		t.Fatalf("the copy asked for at most %d bytes a read, want chunks of %d", src.largest, copyChunk)
-	}
-	if w.largest != writePiece {
-		t.Fatalf("the largest write to the file was %d bytes, want %d", w.largest, writePiece)
-	}
+	return g.Hash.Write(b)
+}
+
+// goroutineID returns the calling goroutine's number, from the first line
+// of its stack ("goroutine 7 [running]:").
+func goroutineID() string {
+	buf := make([]byte, 64)
+	buf = buf[:runtime.Stack(buf, false)]
+	id, _, _ := bytes.Cut(bytes.TrimPrefix(buf, []byte("goroutine ")), []byte(" "))
+	return string(id)
 }
 
 // pieceWriter records the largest write it passes on.
