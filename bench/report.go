@@ -415,7 +415,7 @@ func (rp report) verdicts() []verdict {
 	}
 	if !v4.Met {
 		why := fmt.Sprintf("`ferry serve` hands S3's socket to the client's (splice(2), for S3 over plain HTTP): %.3f CPU s/GiB, %.3f of it in the kernel. "+
-			"The rest is the CLI, which checks every byte it writes with %s on a second goroutine (%.2f CPU s/GiB against %.2f for the direct GET's client, which checks nothing)",
+			"The rest is the CLI, which checks every byte it writes with %s (%.2f CPU s/GiB against %.2f for the direct GET's client, which checks nothing)",
 			fd.CPUPerGiB, fd.SysPerGiB, digestName(fd.Checksum), fd.ClientCPUPerGiB, get.ClientCPUPerGiB)
 		if r := rp.Machine.sha256Best(); r > 0 && fd.Checksum != "crc32c" {
 			why += fmt.Sprintf("; the hash alone is %.2f s per GiB at %.2f GB/s on one core here", float64(1<<30)/(r*1e9), r)
