@@ -415,10 +415,11 @@ const hashAhead = 4
 // 1.11–1.54 s and 1.07–1.57. A SHA-256 is computed behind the copy on
 // another goroutine (hashAhead).
 func (st *dlState) copy(f io.Writer, src io.Reader) (int64, error) {
-	next, took, wait := st.hashInStep()
-	if st.alg != digestCRC32C {
-		next, took, wait = st.hashBehind()
+	hashing := st.hashBehind
+	if st.alg == digestCRC32C {
+		hashing = st.hashInStep
 	}
+	next, took, wait := hashing()
 	defer wait()
 	var n int64
 	for {
