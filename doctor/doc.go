@@ -12,6 +12,10 @@
 //     resolves, the CORS preflight allows the PUT with the headers ferry
 //     signs, the PUT succeeds, its answer exposes ETag, and the object is
 //     in the bucket ferry reads (it is deleted again);
+//   - for the embedded store, whether FERRY_DATA_DIR's filesystem has
+//     reflinks (embedded.MergesShareBlocks, with two small files it
+//     removes again): without them every merge copies the whole upload,
+//     which is worth a warning;
 //   - the store's optional capabilities (CRC32C checksums, lifecycle),
 //     found by s3store's Probe, the same probe serve runs at start-up;
 //   - the clock, against the Date header of the store's answer: SigV4

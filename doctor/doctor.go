@@ -110,6 +110,7 @@ const (
 	CheckMigrations = "migrations"
 	CheckLinkKeys   = "link keys"
 	CheckStore      = "object store"
+	CheckStoreDisk  = "store disk"
 	CheckBucket     = "bucket"
 	CheckPublic     = "public endpoint"
 	CheckCORS       = "bucket CORS"

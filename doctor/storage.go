@@ -42,6 +42,7 @@ func checkStorage(ctx context.Context, rep *Report, cfg *config.Config, o Option
 		defer stop()
 		endpoint, access, secret = ep, ak, sk
 		rep.add(CheckStore, OK, how, "")
+		checkStoreDisk(rep, cfg)
 	} else {
 		rep.add(CheckStore, OK, "external S3 at "+endpoint, "")
 	}
@@ -108,6 +109,24 @@ func checkStorage(ctx context.Context, rep *Report, cfg *config.Config, o Option
 		}
 	}
 	checkClock(ctx, rep, endpoint, o.Now)
+}
+
+// checkStoreDisk says whether the embedded store's merges copy the
+// upload: a warning, since they work either way, but on a filesystem
+// without reflinks every upload's success waits for a second write of
+// all its bytes (docs/storage.md, "The embedded store's disk").
+func checkStoreDisk(rep *Report, cfg *config.Config) {
+	shares, err := embedded.MergesShareBlocks(cfg.DataDir)
+	switch {
+	case err != nil:
+		rep.add(CheckStoreDisk, Skip, "could not ask FERRY_DATA_DIR's filesystem for a reflink: "+err.Error(), "")
+	case shares:
+		rep.add(CheckStoreDisk, OK, "FERRY_DATA_DIR's filesystem shares blocks between files: a merge copies no bytes", "")
+	default:
+		rep.add(CheckStoreDisk, Warn, "FERRY_DATA_DIR's filesystem cannot share blocks between files (no reflinks): "+
+			"each merge copies the whole upload before the upload succeeds",
+			"optional, where uploads are large: put FERRY_DATA_DIR on XFS (reflink=1) or btrfs (docs/storage.md)")
+	}
 }
 
 func skipStorage(rep *Report, why string) {

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"net/url"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -216,4 +218,75 @@ func TestDoctorChecksWebhookReceivers(t *testing.T) {
 	if n := strings.Count(out, "FAIL"); n != 1 {
 		t.Errorf("%d failing rows, want only the unreachable receiver's:\n%s", n, out)
 	}
+}
+
+// On the embedded store, doctor says whether a merge copies the upload or
+// shares the parts' blocks, by asking the data dir's filesystem for a
+// reflink: a warning on tmpfs (as on ext4), ok on XFS, whose reflinks
+// make CompleteMultipartUpload free (docs/storage.md, "The embedded
+// store's disk").
+func TestDoctorSaysWhetherMergesCopy(t *testing.T) {
+	t.Parallel()
+	doctorOn := func(t *testing.T, parent string) string {
+		t.Helper()
+		dir, err := os.MkdirTemp(parent, "doctor-disk-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(dir) })
+		env := []string{"FERRY_S3_EMBEDDED_ADDR=" + testenv.FreeAddr(t)}
+		if code, out := runFerry(t, dir, env, "migrate"); code != 0 {
+			t.Fatalf("ferry migrate exited %d:\n%s", code, out)
+		}
+		code, out := runFerry(t, dir, env, "doctor")
+		if code != 0 {
+			t.Fatalf("ferry doctor exited %d, want 0 (a copying merge is only a warning):\n%s", code, out)
+		}
+		return doctorRow(t, out, "store disk")
+	}
+	t.Run("tmpfs copies", func(t *testing.T) {
+		t.Parallel()
+		if mounts, _ := os.ReadFile("/proc/self/mounts"); !strings.Contains(string(mounts), " /dev/shm tmpfs ") {
+			t.Skip("/dev/shm is not a tmpfs")
+		}
+		row := doctorOn(t, "/dev/shm")
+		for _, want := range []string{"warn", "copies the whole upload", "XFS (reflink=1) or btrfs"} {
+			if !strings.Contains(row, want) {
+				t.Errorf("store disk row lacks %q:\n%s", want, row)
+			}
+		}
+	})
+	t.Run("XFS shares", func(t *testing.T) {
+		t.Parallel()
+		requireTool(t, "mkfs.xfs")
+		if os.Geteuid() != 0 {
+			t.Skip("mounting an XFS image needs root")
+		}
+		img := filepath.Join(t.TempDir(), "xfs.img")
+		mnt := t.TempDir()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		run := func(name string, args ...string) {
+			t.Helper()
+			if out, err := exec.CommandContext(ctx, name, args...).CombinedOutput(); err != nil {
+				t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+			}
+		}
+		// 512 MiB, sparse: above mkfs.xfs's minimum, and reflink=1 is
+		// its default, as docs/storage.md says.
+		run("truncate", "-s", "512M", img)
+		run("mkfs.xfs", "-q", img)
+		run("mount", "-o", "loop", img, mnt)
+		t.Cleanup(func() {
+			if out, err := exec.Command("umount", mnt).CombinedOutput(); err != nil {
+				t.Errorf("umount %s: %v\n%s", mnt, err, out)
+			}
+		})
+		row := doctorOn(t, mnt)
+		for _, want := range []string{"ok", "shares blocks", "copies no bytes"} {
+			if !strings.Contains(row, want) {
+				t.Errorf("store disk row lacks %q:\n%s", want, row)
+			}
+		}
+	})
 }

@@ -15,4 +15,8 @@
 //   - its POSIX backend changes the process working directory to the
 //     storage root. ferry therefore resolves every path to an absolute one
 //     before starting it (config.Load already does).
+//
+// Its merge (CompleteMultipartUpload) appends the parts to a new file with
+// copy_file_range(2): free on a filesystem with reflinks, a copy of every
+// byte elsewhere. MergesShareBlocks tells which, for `ferry doctor`.
 package embedded
