@@ -36,6 +36,11 @@
 //   - bucket bootstrap: create the bucket if allowed, a CORS rule for
 //     ferry's browser origins (PUT with content-md5, ETag exposed), and an
 //     AbortIncompleteMultipartUpload lifecycle rule where supported.
+//   - request metrics: given Config.Registerer, every request the Store
+//     sends (the SDK's, each retry apart, and the direct GETs) is timed
+//     until its answer's headers, by S3 operation and outcome, in
+//     ferry_s3_request_duration_seconds (metrics.go), so an operator can
+//     tell the store's share of any latency ferry reports.
 //
 // Each domain declares the small interface it needs (upload.Storage,
 // export.Storage, download.Storage) in this package's value types and the

@@ -92,6 +92,7 @@ func (s *Store) openDirect(ctx context.Context, key, ifMatch string, offset, len
 	if req.URL.Port() == "" {
 		addr = net.JoinHostPort(req.URL.Hostname(), "80")
 	}
+	start := time.Now()
 	c, err := s.dialer.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, nil // the SDK's GET reports the outage, with its retries
@@ -107,13 +108,16 @@ func (s *Store) openDirect(ctx context.Context, key, ifMatch string, offset, len
 	br := bufio.NewReaderSize(conn, 16<<10)
 	if err := req.Write(conn); err != nil {
 		fail()
+		s.metrics.observe("GetObject", start, 0)
 		return nil, s.directErr(ctx, err)
 	}
 	resp, err := http.ReadResponse(br, req)
 	if err != nil {
 		fail()
+		s.metrics.observe("GetObject", start, 0)
 		return nil, s.directErr(ctx, err)
 	}
+	s.metrics.observe("GetObject", start, resp.StatusCode)
 	if resp.StatusCode >= 400 && resp.StatusCode < 500 {
 		// The object is missing or changed, say: one answer is enough.
 		err := answerErr(resp)

@@ -24,6 +24,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/smithy-go"
 	"github.com/aws/smithy-go/middleware"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // API is the part of the S3 client that Store calls. Declaring it keeps the
@@ -71,6 +72,10 @@ type Config struct {
 	// Presigned URLs are still signed for the endpoints and credentials
 	// above.
 	API API
+	// Registerer, when set, gets ferry_s3_request_duration_seconds, the
+	// time of each request sent to S3 (metrics.go). A Config.API's calls
+	// are not timed: they do not go through the client New builds.
+	Registerer prometheus.Registerer
 }
 
 // Store is the S3 adapter. It is safe for concurrent use.
@@ -103,6 +108,8 @@ type Store struct {
 	// oneByOne: the store refused a DeleteObjects call, so DeletePrefix
 	// deletes one object per call from then on.
 	oneByOne atomic.Bool
+
+	metrics *requestMetrics // nil without Config.Registerer
 }
 
 // New builds a Store. It does not contact S3; call Bootstrap or Ready for
@@ -159,7 +166,12 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 			o.DisableLogOutputChecksumValidationSkipped = true
 		}
 	}
-	internal := s3.NewFromConfig(awsCfg, clientOpts(cfg.Endpoint))
+	metrics := newRequestMetrics(cfg.Registerer)
+	internal := s3.NewFromConfig(awsCfg, clientOpts(cfg.Endpoint), func(o *s3.Options) {
+		if metrics != nil {
+			o.APIOptions = append(o.APIOptions, metrics.middleware)
+		}
+	})
 	var api API = internal
 	if cfg.API != nil {
 		api = cfg.API
@@ -175,7 +187,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		creds: awsCfg.Credentials, region: awsCfg.Region,
 		publicEndpoint: pub, pathStyle: cfg.PathStyle,
 		http: httpClient, presignInternal: s3.NewPresignClient(internal),
-		direct: directGets(cfg), dialer: dialer,
+		direct: directGets(cfg), dialer: dialer, metrics: metrics,
 	}, nil
 }
 

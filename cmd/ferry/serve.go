@@ -137,15 +137,15 @@ func build(ctx context.Context, cfg *config.Config, log *slog.Logger, stdout io.
 	if err != nil {
 		return a, err
 	}
-	store, err := openStore(ctx, cfg, log)
+	a.reg = prometheus.NewRegistry()
+	reg := a.reg
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	store, err := openStore(ctx, cfg, reg, log)
 	if err != nil {
 		return a, err
 	}
 	caps := probeStore(ctx, cfg, store, log)
-
-	a.reg = prometheus.NewRegistry()
-	reg := a.reg
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
 	usersSvc, err := users.New(users.Config{DB: db})
 	if err != nil {
@@ -454,11 +454,11 @@ func newJWTVerifier(ctx context.Context, cfg config.JWT, log *slog.Logger) (*use
 
 // openStore builds the S3 adapter and prepares the bucket. An unreachable
 // endpoint fails start-up within a few seconds with the endpoint named.
-func openStore(ctx context.Context, cfg *config.Config, log *slog.Logger) (*s3store.Store, error) {
+func openStore(ctx context.Context, cfg *config.Config, reg prometheus.Registerer, log *slog.Logger) (*s3store.Store, error) {
 	store, err := s3store.New(ctx, s3store.Config{
 		Endpoint: cfg.S3Endpoint, PublicEndpoint: cfg.S3PublicEndpoint, Region: cfg.S3Region,
 		Bucket: cfg.S3Bucket, AccessKey: cfg.S3AccessKey, SecretKey: cfg.S3SecretKey, PathStyle: cfg.S3PathStyle,
-		Timeout: 10 * time.Second,
+		Timeout: 10 * time.Second, Registerer: reg,
 	})
 	if err != nil {
 		return nil, err
