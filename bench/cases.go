@@ -85,8 +85,11 @@ type result struct {
 	ClientCPU   float64
 	Load1       float64 // 1-minute load average when the case started
 	Phases      []phase
-	// CompleteSeconds, for the raw SDK uploads, is S3's own
-	// CompleteMultipartUpload, timed around the call.
+	// CompleteSeconds is S3's own CompleteMultipartUpload: for the raw
+	// SDK uploads timed around the call, for `ferry upload` the call of
+	// ferry's merge job, as ferry times it (its
+	// ferry_s3_request_duration_seconds, from sending the request to
+	// S3's answer).
 	CompleteSeconds float64
 	// For `ferry upload`: MergeSeconds is ferry's merge job (its
 	// histogram's sum: ListParts, CompleteMultipartUpload, the database),
@@ -470,6 +473,7 @@ func (b *bench) ferryUpload(ctx context.Context) (ferryUploadResult, error) {
 	out.Requests = m1.delta(w.m0, "ferry_http_requests_total") - float64(b.apiCalls.Load()-calls)
 	out.MetricBytes, out.MetricName = m1.delta(w.m0, "ferry_upload_verify_bytes_total"), "ferry_upload_verify_bytes_total"
 	out.MergeSeconds = m1.delta(w.m0, "ferry_upload_merge_duration_seconds_sum")
+	out.CompleteSeconds = m1.delta(w.m0, `ferry_s3_request_duration_seconds_sum{operation="CompleteMultipartUpload",outcome="ok"}`)
 	out.VerifySeconds = m1.delta(w.m0, "ferry_upload_verify_duration_seconds_sum")
 	{
 		// Asked after the measured window.

@@ -123,7 +123,9 @@ func selfCPU() float64 {
 }
 
 // metrics are a Prometheus text exposition summed by metric name (all
-// label sets together): enough for counters such as requests or bytes.
+// label sets together), enough for counters such as requests or bytes,
+// and also by series: the name with its labels as ferry prints them
+// (`ferry_s3_request_duration_seconds_sum{operation="ListParts",outcome="ok"}`).
 type metrics map[string]float64
 
 func (m metrics) delta(before metrics, name string) float64 { return m[name] - before[name] }
@@ -156,11 +158,12 @@ func scrape(ctx context.Context, url string) (metrics, error) {
 			continue // comments, and ferry counting the bench's own scrapes
 		}
 		name, rest, _ := strings.Cut(line, " ")
+		series := ""
 		if i := strings.IndexByte(line, '{'); i >= 0 && i < len(name) {
 			// Labels may hold spaces; the value follows the closing brace.
 			name = line[:i]
 			j := strings.LastIndexByte(line, '}')
-			rest = strings.TrimSpace(line[j+1:])
+			series, rest = line[:j+1], strings.TrimSpace(line[j+1:])
 		}
 		fields := strings.Fields(rest)
 		if len(fields) == 0 {
@@ -171,6 +174,9 @@ func scrape(ctx context.Context, url string) (metrics, error) {
 			continue
 		}
 		m[name] += v
+		if series != "" {
+			m[series] += v
+		}
 	}
 	return m, sc.Err()
 }

@@ -374,14 +374,35 @@ func (rp report) verdicts() []verdict {
 	if fu.Checksum == "" {
 		ref, refKind = caseSDKUpload, "without a full-object checksum, as ferry's upload had"
 	}
+	// S3's time for the completion itself is its answer to ferry's own
+	// merge job, as ferry times it: the target is about ferry's time
+	// around it. Two merges of the same bytes can differ by more than the
+	// target's 0.2 s where the store copies the parts (VersityGW's POSIX
+	// backend on ext4: 1.0–2.0 s per GiB from run to run on one machine),
+	// so the raw SDK's complete of the same file in the same run, the
+	// figure this target used to be judged by, is shown beside it and
+	// decides only where ferry's own is not known (a ferry without
+	// ferry_s3_request_duration_seconds).
 	s3Complete := rp.summarise(ref).CompleteSeconds
-	slack := rp.sameRun(caseFerryUpload, ref, func(r, ref result) float64 { return r.SentToSuccess - ref.CompleteSeconds })
+	vsSDK := rp.sameRun(caseFerryUpload, ref, func(r, ref result) float64 { return r.SentToSuccess - ref.CompleteSeconds })
+	own := median(rp.runsOf(caseFerryUpload), func(r result) float64 { return r.SentToSuccess - r.CompleteSeconds })
+	known := fu.CompleteSeconds > 0
+	slack, s3Own := vsSDK, s3Complete
+	measured := fmt.Sprintf("%.2f s, ", fu.SentToSuccess)
+	if known {
+		slack, s3Own = own, fu.CompleteSeconds
+		measured += fmt.Sprintf("%s S3's CompleteMultipartUpload in the same upload (%.2f s, S3's answer to ferry's merge job, timed by ferry); "+
+			"%s ", overUnder(own), fu.CompleteSeconds, overUnder(vsSDK))
+	} else {
+		measured += overUnder(vsSDK) + " "
+	}
+	measured += fmt.Sprintf("S3's CompleteMultipartUpload of the same file %s (%.2f s, timed around the raw SDK's call; with a CRC32C %.2f s, without %.2f s); "+
+		"the CLI printed its success (ferry answers its long poll when it records success) %.2f s after the last part was sent; ferry's merge job took %.2f s",
+		refKind, s3Complete, crc.CompleteSeconds, sdk.CompleteSeconds, fu.ServerSuccess, fu.MergeSeconds)
 	v3 := verdict{
-		Target: fmt.Sprintf("last part sent → `ferry upload` sees `success` ≤ S3's CompleteMultipartUpload + %.1f s", targetFinishSlack),
-		Measured: fmt.Sprintf("%.2f s, %s S3's CompleteMultipartUpload of the same file %s (%.2f s, timed around the raw SDK's call; with a CRC32C %.2f s, without %.2f s); "+
-			"the CLI printed its success (ferry answers its long poll when it records success) %.2f s after the last part was sent; ferry's merge job took %.2f s",
-			fu.SentToSuccess, overUnder(slack), refKind, s3Complete, crc.CompleteSeconds, sdk.CompleteSeconds, fu.ServerSuccess, fu.MergeSeconds),
-		Met: slack <= targetFinishSlack,
+		Target:   fmt.Sprintf("last part sent → `ferry upload` sees `success` ≤ S3's CompleteMultipartUpload + %.1f s", targetFinishSlack),
+		Measured: measured,
+		Met:      slack <= targetFinishSlack,
 	}
 	if !v3.Met {
 		if lag := fu.SentToSuccess - fu.ServerSuccess; lag > 0.05 {
@@ -391,10 +412,14 @@ func (rp report) verdicts() []verdict {
 			v3.Why = append(v3.Why, fmt.Sprintf("**%.2f s between the last part sent and the merge job's start**: the last PUT's answer, `complete` "+
 				"(ListParts and a transaction), and the job queue's pickup of the merge.", before))
 		}
-		if over := fu.MergeSeconds - s3Complete; over > 0.1 {
-			v3.Why = append(v3.Why, fmt.Sprintf("**The merge job took %.2f s, %.2f s more than S3's CompleteMultipartUpload of the same file in the raw SDK run**: "+
+		if over := fu.MergeSeconds - s3Own; over > 0.1 {
+			whose := "in the same upload"
+			if !known {
+				whose = "of the same file in the raw SDK run"
+			}
+			v3.Why = append(v3.Why, fmt.Sprintf("**The merge job took %.2f s, %.2f s more than S3's CompleteMultipartUpload %s**: "+
 				"the job's ListParts and database transaction, or a busier machine between the two (see the load average of each case).",
-				fu.MergeSeconds, over))
+				fu.MergeSeconds, over, whose))
 		}
 	}
 
