@@ -923,14 +923,14 @@ func BenchmarkBrowserUpload(b *testing.B) {
 		b.Logf("round %d: bare PUTs %.0f ms (%.0f MiB/s), with CRC32Cs %.0f ms (%.0f MiB/s), "+
 			"with CRC32Cs and complete %.0f ms (%.0f MiB/s; last PUT done %.0f, complete answered %.0f), "+
 			"UI %.0f ms (%.0f MiB/s), ratio %.2f (%.2f to the CRC32C PUTs, %.2f to the completed ones); "+
-			"UI stages (ms from choosing the file): ferry answered POST /uploads %.0f, first PUT %.0f, SHA-256 declared %.0f, last PUT done %.0f, "+
+			"UI stages (ms from choosing the file): POST /uploads sent %.0f, answered %.0f, first presign sent %.0f, answered %.0f, first PUT %.0f, SHA-256 declared %.0f, last PUT done %.0f, "+
 			"complete sent %.0f, answered %.0f, success %.0f; %.0f PUTs, %.0f presigns; SDK with skipHash %.0f ms (ratio %.2f). "+
 			"ferry's merge job (S3's CompleteMultipartUpload in it): completed bare PUTs %.0f ms, UI %.0f ms, skipHash %.0f ms. "+
 			"CPU seconds: bare PUTs %v; with CRC32Cs %v; with CRC32Cs and complete %v; UI %v; skipHash %v",
 			i+1, r.Raw, mibps(r.Raw), r.RawCRC, mibps(r.RawCRC),
 			r.RawDone.Total, mibps(r.RawDone.Total), r.RawDone.LastPut, r.RawDone.Completed,
 			r.UI["total"], mibps(r.UI["total"]), r.Raw/r.UI["total"], r.RawCRC/r.UI["total"], r.RawDone.Total/r.UI["total"],
-			r.UI["init"], r.UI["firstPut"], r.UI["declared"], r.UI["lastPut"], r.UI["completeSent"], r.UI["completed"], r.UI["total"], r.UI["puts"], r.UI["presigns"],
+			r.UI["initSent"], r.UI["init"], r.UI["firstPresign"], r.UI["firstPresignEnd"], r.UI["firstPut"], r.UI["declared"], r.UI["lastPut"], r.UI["completeSent"], r.UI["completed"], r.UI["total"], r.UI["puts"], r.UI["presigns"],
 			r.SkipHash, r.Raw/r.SkipHash, mergeMS(i, 0), mergeMS(i, 1), mergeMS(i, 2), r.RawCPU, r.RawCRCCPU, r.RawDoneCPU, r.UICPU, r.SkipCPU)
 	}
 	b.ReportMetric(median(func(i int) float64 { return res.Runs[i].Raw / res.Runs[i].UI["total"] }), "ui/bare")

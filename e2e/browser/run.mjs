@@ -1363,7 +1363,7 @@ async function benchRounds(launched, detached) {
       const first = (list, f) => (list.length ? Math.min(...list.map(f)) - t0 : null)
       const last = (list, f) => (list.length ? Math.max(...list.map(f)) - t0 : null)
       return {
-        total: at('success'), init: last(api(/^\/uploads$/), (r) => r.responseEnd), firstPut: first(puts, (r) => r.startTime),
+        total: at('success'), initSent: first(api(/^\/uploads$/), (r) => r.startTime), init: last(api(/^\/uploads$/), (r) => r.responseEnd), firstPresign: first(api(/\/presign$/), (r) => r.startTime), firstPresignEnd: first(api(/\/presign$/), (r) => r.responseEnd), firstPut: first(puts, (r) => r.startTime),
         declared: first(api(/\/sha256$/), (r) => r.startTime), lastPut: last(puts, (r) => r.responseEnd),
         completeSent: first(api(/\/complete$/), (r) => r.startTime), completed: last(api(/\/complete$/), (r) => r.responseEnd),
         puts: puts.length, presigns: api(/\/presign$/).length,
