@@ -56,6 +56,8 @@ func checkStorage(ctx context.Context, rep *Report, cfg *config.Config, o Option
 		skipStorage(rep, "the store is not usable")
 		return
 	}
+	// Before stop: the embedded store waits for open connections (Close).
+	defer store.Close()
 	if cfg.Embedded() {
 		// ferry's own store: prepare it as serve does, so what follows
 		// checks what serve would run on.
@@ -167,9 +169,10 @@ func reachEmbedded(ctx context.Context, cfg *config.Config) (endpoint, access, s
 		return "", "", "", "", nil, err
 	}
 	stop = func() {
-		// The gateway drains idle keep-alive connections for up to ten
-		// seconds; doctor has nothing in flight by now, so it waits for
-		// a moment, not for that.
+		// The gateway waits up to ten seconds for the connections
+		// still open to it. The store's are closed by now
+		// (Store.Close), but doctor's plain HTTP checks keep theirs,
+		// and it has nothing in flight: it waits a moment, not that.
 		cancel()
 		done := make(chan struct{})
 		go func() { gw.Wait(); close(done) }()

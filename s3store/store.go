@@ -105,6 +105,8 @@ type Store struct {
 	direct bool
 	dialer *net.Dialer
 
+	conns *conns // the SDK's connections, for Close
+
 	// oneByOne: the store refused a DeleteObjects call, so DeletePrefix
 	// deletes one object per call from then on.
 	oneByOne atomic.Bool
@@ -133,10 +135,11 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	// Keep connections to one S3 endpoint warm: ferry talks to a single
 	// host, often many requests at once.
 	dialer := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
+	conns := newConns(dialer)
 	httpClient := awshttp.NewBuildableClient().WithTransportOptions(func(t *http.Transport) {
 		t.MaxIdleConns = 256
 		t.MaxIdleConnsPerHost = 256
-		t.DialContext = dialer.DialContext
+		t.DialContext = conns.DialContext
 		// No transport-wide ResponseHeaderTimeout: a complete that
 		// copies a large object answers late by right. Each call has
 		// its own bound instead (bounds.go).
@@ -187,9 +190,15 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		creds: awsCfg.Credentials, region: awsCfg.Region,
 		publicEndpoint: pub, pathStyle: cfg.PathStyle,
 		http: httpClient, presignInternal: s3.NewPresignClient(internal),
-		direct: directGets(cfg), dialer: dialer, metrics: metrics,
+		direct: directGets(cfg), dialer: dialer, conns: conns, metrics: metrics,
 	}, nil
 }
+
+// Close closes the Store's connections to S3, idle or not. Call it once
+// nothing uses the Store any more, before the S3 server it talks to stops:
+// a server may wait on a connection the client keeps open (conns.go).
+// Requests still in flight fail.
+func (s *Store) Close() { s.conns.closeAll() }
 
 // Bucket is the bucket this store writes to.
 func (s *Store) Bucket() string { return s.bucket }

@@ -80,6 +80,7 @@ type app struct {
 	// so it runs on its own context, ended last.
 	stopStore context.CancelFunc
 	gw        *embedded.Server // nil unless the embedded S3 runs
+	store     *s3store.Store
 	db        *gorm.DB
 }
 
@@ -87,6 +88,11 @@ type app struct {
 func (a *app) close() {
 	if a.db != nil {
 		closeDB(a.db)
+	}
+	if a.store != nil {
+		// Before the embedded store stops: it waits ten seconds for
+		// any connection still open to it.
+		a.store.Close()
 	}
 	a.stopStore()
 	if a.gw != nil {
@@ -145,6 +151,7 @@ func build(ctx context.Context, cfg *config.Config, log *slog.Logger, stdout io.
 	if err != nil {
 		return a, err
 	}
+	a.store = store
 	caps := probeStore(ctx, cfg, store, log)
 
 	usersSvc, err := users.New(users.Config{DB: db})
@@ -470,6 +477,7 @@ func openStore(ctx context.Context, cfg *config.Config, reg prometheus.Registere
 		Create: cfg.S3CreateBucket, Region: cfg.S3Region, CORSOrigins: cfg.Origins(), AbortIncompleteAfterDays: days,
 	})
 	if err != nil {
+		store.Close()
 		return nil, fmt.Errorf("s3 endpoint %s bucket %s: %w", cfg.S3Endpoint, cfg.S3Bucket, err)
 	}
 	// What could not be set is not warned of here: the probe that follows
