@@ -6,8 +6,9 @@ import (
 	"sync"
 )
 
-// conns dials the SDK's connections to S3 and remembers the open ones, so
-// that Store.Close can close them all.
+// conns dials the Store's connections to S3, the SDK's and the direct
+// GETs' (splice.go), and remembers the open ones, so that Store.Close can
+// close them all.
 //
 // Why not the transport's CloseIdleConnections: the SDK's BuildableClient
 // builds its transport from a copy and exposes neither it nor that method.

@@ -1,12 +1,15 @@
 package s3store_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http/httptrace"
 	"os"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -100,4 +103,39 @@ func TestStopEmbeddedStoreProcess(t *testing.T) {
 		t.Log("embedded store:", err)
 	}
 	fmt.Printf("STOPPED %v\n", time.Since(start).Round(time.Millisecond))
+}
+
+// Store.Close ends the reads still in flight, over the SDK's pooled
+// connections and over a direct GET's own (splice.go): neither keeps
+// going on a connection the store's shutdown would wait for.
+func TestCloseEndsReadsInFlight(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		size int // under 4 MiB, the GET goes through the SDK
+	}{
+		{"through the SDK", 2 << 20},
+		{"on its own connection", 24 << 20},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			st := testenv.Store(t)
+			data := randomBytes(tc.size)
+			if err := st.Put(ctx, "obj", bytes.NewReader(data), int64(len(data)), ""); err != nil {
+				t.Fatal(err)
+			}
+			r := st.Open(ctx, "obj", int64(len(data)), "")
+			defer r.Close()
+			if _, err := io.ReadFull(r, make([]byte, 64<<10)); err != nil {
+				t.Fatal(err)
+			}
+			st.Close()
+			n, err := io.Copy(io.Discard, r)
+			if err == nil {
+				t.Fatalf("the read went on after Store.Close: %d more bytes, no error", n)
+			}
+			if !strings.Contains(err.Error(), "closed") {
+				t.Fatalf("read after Store.Close: %v, want the closed connection's error", err)
+			}
+		})
+	}
 }

@@ -93,17 +93,20 @@ func (s *Store) openDirect(ctx context.Context, key, ifMatch string, offset, len
 		addr = net.JoinHostPort(req.URL.Hostname(), "80")
 	}
 	start := time.Now()
-	c, err := s.dialer.DialContext(ctx, "tcp", addr)
+	// Dialed like the SDK's connections, and tracked with them, so that
+	// Store.Close ends this GET too (conns.go).
+	c, err := s.conns.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, nil // the SDK's GET reports the outage, with its retries
 	}
-	conn, ok := c.(*net.TCPConn)
+	tracked, ok := c.(*trackedConn)
 	if !ok {
 		c.Close()
 		return nil, nil
 	}
+	conn := tracked.TCPConn // what splice(2) needs to see
 	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
-	fail := func() { stop(); conn.Close() }
+	fail := func() { stop(); tracked.Close() }
 	conn.SetDeadline(time.Now().Add(s.firstByte))
 	br := bufio.NewReaderSize(conn, 16<<10)
 	if err := req.Write(conn); err != nil {
@@ -132,7 +135,7 @@ func (s *Store) openDirect(ctx context.Context, key, ifMatch string, offset, len
 		fail()
 		return nil, nil
 	}
-	return &directBody{conn: conn, br: br, left: length, idle: s.idle, ctx: ctx, stop: stop}, nil
+	return &directBody{conn: conn, tracked: tracked, br: br, left: length, idle: s.idle, ctx: ctx, stop: stop}, nil
 }
 
 // answerErr translates a 4xx answer to a direct GET as translate does
@@ -164,9 +167,10 @@ func (s *Store) directErr(ctx context.Context, err error) error {
 // directBody is the body of a direct GET: the bytes the header read
 // buffered, then the connection itself.
 type directBody struct {
-	conn *net.TCPConn
-	br   *bufio.Reader
-	left int64 // body bytes not read yet, buffered ones included
+	conn    *net.TCPConn // for reads and splices
+	tracked *trackedConn // the same connection, for Close
+	br      *bufio.Reader
+	left    int64 // body bytes not read yet, buffered ones included
 	// spliced counts the bytes sendTo moved socket to socket, not those
 	// the header read had buffered.
 	spliced int64
@@ -244,5 +248,5 @@ func (b *directBody) err(err error) error {
 
 func (b *directBody) Close() error {
 	b.stop()
-	return b.conn.Close()
+	return b.tracked.Close()
 }

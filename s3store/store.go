@@ -103,9 +103,10 @@ type Store struct {
 	// direct: ObjectReader's GETs go over connections of its own
 	// (splice.go), dialed like the SDK's.
 	direct bool
-	dialer *net.Dialer
 
-	conns *conns // the SDK's connections, for Close
+	// conns dials every connection to S3, the SDK's and the direct
+	// GETs', and holds the open ones for Close.
+	conns *conns
 
 	// oneByOne: the store refused a DeleteObjects call, so DeletePrefix
 	// deletes one object per call from then on.
@@ -190,7 +191,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		creds: awsCfg.Credentials, region: awsCfg.Region,
 		publicEndpoint: pub, pathStyle: cfg.PathStyle,
 		http: httpClient, presignInternal: s3.NewPresignClient(internal),
-		direct: directGets(cfg), dialer: dialer, conns: conns, metrics: metrics,
+		direct: directGets(cfg), conns: conns, metrics: metrics,
 	}, nil
 }
 
