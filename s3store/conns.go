@@ -29,7 +29,8 @@ func newConns(d *net.Dialer) *conns {
 	return &conns{dialer: d, open: make(map[*trackedConn]struct{})}
 }
 
-// DialContext is the transport's dial function.
+// DialContext dials with the Store's dialer and tracks the connection: the
+// dial function of the SDK's transport and of the direct GETs.
 func (cs *conns) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
 	c, err := cs.dialer.DialContext(ctx, network, addr)
 	if err != nil {
@@ -37,7 +38,7 @@ func (cs *conns) DialContext(ctx context.Context, network, addr string) (net.Con
 	}
 	tcp, ok := c.(*net.TCPConn)
 	if !ok {
-		return c, nil // not over TCP: nothing a server waits on
+		return c, nil // the Store dials "tcp" only; anything else goes untracked
 	}
 	tc := &trackedConn{TCPConn: tcp, cs: cs}
 	cs.mu.Lock()
