@@ -135,7 +135,7 @@ func (s *Store) openDirect(ctx context.Context, key, ifMatch string, offset, len
 		fail()
 		return nil, nil
 	}
-	return &directBody{conn: conn, tracked: tracked, br: br, left: length, idle: s.idle, ctx: ctx, stop: stop}, nil
+	return &directBody{conn: tracked, br: br, left: length, idle: s.idle, ctx: ctx, stop: stop}, nil
 }
 
 // answerErr translates a 4xx answer to a direct GET as translate does
@@ -167,10 +167,9 @@ func (s *Store) directErr(ctx context.Context, err error) error {
 // directBody is the body of a direct GET: the bytes the header read
 // buffered, then the connection itself.
 type directBody struct {
-	conn    *net.TCPConn // for reads and splices
-	tracked *trackedConn // the same connection, for Close
-	br      *bufio.Reader
-	left    int64 // body bytes not read yet, buffered ones included
+	conn *trackedConn // closed through the Store's tracker (conns.go)
+	br   *bufio.Reader
+	left int64 // body bytes not read yet, buffered ones included
 	// spliced counts the bytes sendTo moved socket to socket, not those
 	// the header read had buffered.
 	spliced int64
@@ -214,7 +213,8 @@ func (b *directBody) sendTo(w io.Writer, rf io.ReaderFrom, n int64) (int64, erro
 		}
 		step := min(n-sent, spliceStep)
 		b.conn.SetReadDeadline(time.Now().Add(b.idle))
-		m, err := rf.ReadFrom(&io.LimitedReader{R: b.conn, N: step})
+		// The bare *net.TCPConn: splice(2) is taken only for that type.
+		m, err := rf.ReadFrom(&io.LimitedReader{R: b.conn.TCPConn, N: step})
 		sent += m
 		b.left -= m
 		b.spliced += m
@@ -248,5 +248,5 @@ func (b *directBody) err(err error) error {
 
 func (b *directBody) Close() error {
 	b.stop()
-	return b.tracked.Close()
+	return b.conn.Close()
 }
